@@ -1,0 +1,205 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/idemdev/idem/driver"
+)
+
+// Claim is the answer to "may I run this operation?". When Outcome is
+// Acquired or Reclaimed the caller holds the key under a lease and must end
+// the claim with Complete, Fail or Release (or let the lease run out). For
+// the other outcomes, Record is the existing record and, for Replay, Result
+// is the stored result.
+type Claim struct {
+	Outcome Outcome
+	// Op is the operation as claimed, with defaults filled in.
+	Op Op
+	// Token is the fencing token (the attempt number) of a held claim. A
+	// holder whose token is no longer the newest cannot write.
+	Token int64
+	// LeaseUntil is when a held claim's lease ends unless heartbeated, by
+	// the database clock.
+	LeaseUntil time.Time
+	// Record is the ledger record as the claim found or left it.
+	Record Record
+	// Result is the stored result when Outcome is Replay.
+	Result Result
+
+	leaseID int64
+}
+
+// maxClaimRetries bounds the read-decide-swap loop. Each retry means another
+// writer changed the record in between; that cannot go on for long.
+const maxClaimRetries = 64
+
+// Claim decides, as one write in the database, whether op may run now.
+// Claiming never reads and then inserts: the insert is the check.
+//
+// Outcomes Acquired and Reclaimed hand over the key with a fencing token;
+// Replay, InFlight, Mismatch and Parked do not and carry the existing
+// record. A key past retention whose tombstone remains returns a
+// *ConflictError matching ErrExpired. A stale claim (lease ended) is
+// handled by op's StalePolicy.
+//
+// If Claim returns any other error the claim may or may not have been
+// taken; retry with the same op. A taken claim that nobody completes is
+// recoverable after its lease.
+func (l *Ledger) Claim(ctx context.Context, op Op) (*Claim, error) {
+	op, err := l.withDefaults(op)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	c, err := l.claim(ctx, op)
+	ev := Event{Kind: EventClaim, Op: op, Took: time.Since(start), Err: err}
+	if c != nil {
+		ev.Outcome, ev.Attempt = c.Outcome, c.Record.Attempt
+	} else if ce := (*ConflictError)(nil); errors.As(err, &ce) {
+		ev.Outcome, ev.Attempt = ce.Outcome, ce.Record.Attempt
+	}
+	l.observe(ev)
+	return c, err
+}
+
+func (l *Ledger) claim(ctx context.Context, op Op) (*Claim, error) {
+	for range maxClaimRetries {
+		p := driver.ClaimParams{
+			Scope: op.Scope, Key: op.Key, Fingerprint: op.Fingerprint,
+			LeaseID: rand.Int64(), Lease: op.Lease, Retention: op.Retention, TombstoneTTL: l.tombstone,
+		}
+		rec, created, err := l.drv.Claim(ctx, p)
+		if errors.Is(err, driver.ErrConflict) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("idem: claim %q: %w", op.Key, err)
+		}
+		if created {
+			return l.held(Acquired, op, p.LeaseID, rec), nil
+		}
+		c, err := l.decide(ctx, op, p, rec)
+		if errors.Is(err, driver.ErrConflict) {
+			continue
+		}
+		return c, err
+	}
+	return nil, fmt.Errorf("idem: claim %q: record changed %d times while deciding; giving up", op.Key, maxClaimRetries)
+}
+
+// verdict is what the ledger does with an existing record.
+type verdict int
+
+const (
+	takeFresh    verdict = iota + 1 // released, or gone past its tombstone: acquire with token+1
+	takeStale                       // stale in-progress claim: reclaim with token+1
+	parkStale                       // stale in-progress claim under the Park policy
+	askStale                        // stale in-progress claim under the Reconcile policy
+	giveReplay                      // finished and authoritative
+	giveInFlight                    // live lease held by another
+	giveMismatch                    // different fingerprint
+	giveParked                      // parked earlier
+	giveExpired                     // finished, past retention, tombstone kept
+)
+
+// judge is the whole state machine for an existing record, as a pure
+// function of the record (with the database clock) and the request.
+func judge(op Op, r Record) verdict {
+	now := r.Now
+	gone := (r.State == StateSucceeded || r.State == StateFailed || r.State == StateTombstone) &&
+		!r.TombstoneUntil.IsZero() && !r.TombstoneUntil.After(now)
+	switch {
+	case r.State == StateReleased || gone:
+		return takeFresh
+	case r.Fingerprint != op.Fingerprint:
+		return giveMismatch
+	}
+	switch r.State {
+	case StateInProgress:
+		if r.LeaseUntil.After(now) {
+			return giveInFlight
+		}
+		switch op.Stale {
+		case Park:
+			return parkStale
+		case Reconcile:
+			return askStale
+		default:
+			return takeStale
+		}
+	case StateSucceeded, StateFailed:
+		if r.ExpiresAt.After(now) {
+			return giveReplay
+		}
+		return giveExpired
+	case StateTombstone:
+		return giveExpired
+	default: // parked, or a state a newer version wrote: never run it
+		return giveParked
+	}
+}
+
+func (l *Ledger) decide(ctx context.Context, op Op, p driver.ClaimParams, found driver.Record) (*Claim, error) {
+	r := recordFrom(found)
+	v := judge(op, r)
+	switch v {
+	case takeFresh, takeStale, askStale, parkStale:
+		rec, err := l.drv.Takeover(ctx, driver.TakeoverParams{
+			ClaimParams: p, FromState: found.State, FromAttempt: found.Attempt, Park: v == parkStale,
+		})
+		if err != nil {
+			return nil, err // ErrConflict: someone moved first; the caller reads again
+		}
+		switch v {
+		case takeFresh:
+			return l.held(Acquired, op, p.LeaseID, rec), nil
+		case parkStale:
+			l.logOp(ctx, slog.LevelWarn, "stale claim parked", op, rec.Attempt)
+			return &Claim{Outcome: Parked, Op: op, Record: recordFrom(rec)}, nil
+		}
+		l.logOp(ctx, slog.LevelWarn, "stale claim reclaimed", op, rec.Attempt, slog.Int64("previous_attempt", found.Attempt))
+		c := l.held(Reclaimed, op, p.LeaseID, rec)
+		if v == askStale {
+			return l.reconcileStale(ctx, c)
+		}
+		return c, nil
+	case giveReplay:
+		return &Claim{Outcome: Replay, Op: op, Record: r, Result: Result{Status: r.Result.Status, Meta: r.Result.Meta, Body: r.Result.Body, Replayed: true}}, nil
+	case giveInFlight:
+		return &Claim{Outcome: InFlight, Op: op, Record: r}, nil
+	case giveMismatch:
+		l.logOp(ctx, slog.LevelInfo, "key reused with a different fingerprint", op, r.Attempt, slog.String("stored_fingerprint", r.Fingerprint))
+		return &Claim{Outcome: Mismatch, Op: op, Record: r}, nil
+	case giveParked:
+		return &Claim{Outcome: Parked, Op: op, Record: r}, nil
+	default: // giveExpired
+		l.logOp(ctx, slog.LevelWarn, "replay of an expired key", op, r.Attempt)
+		return nil, &ConflictError{Outcome: Expired, Record: r}
+	}
+}
+
+func (l *Ledger) held(o Outcome, op Op, leaseID int64, rec driver.Record) *Claim {
+	return &Claim{Outcome: o, Op: op, Token: rec.Attempt, LeaseUntil: rec.LeaseUntil, Record: recordFrom(rec), leaseID: leaseID}
+}
+
+func (c *Claim) fence() driver.Fence {
+	return driver.Fence{Scope: c.Op.Scope, Key: c.Op.Key, Attempt: c.Token, LeaseID: c.leaseID}
+}
+
+// logOp writes one line about an operation, carrying scope, key,
+// fingerprint and attempt.
+func (l *Ledger) logOp(ctx context.Context, level slog.Level, msg string, op Op, attempt int64, attrs ...slog.Attr) {
+	if !l.log.Enabled(ctx, level) {
+		return
+	}
+	base := []slog.Attr{
+		slog.String("scope", op.Scope), slog.String("key", op.Key),
+		slog.String("fingerprint", op.Fingerprint), slog.Int64("attempt", attempt),
+	}
+	l.log.LogAttrs(ctx, level, msg, append(base, attrs...)...)
+}

@@ -1,0 +1,95 @@
+// Command idem is the command line for idem: the gateway (serve), the
+// prover (prove), and the operator's tools (keys, reconcile, prune,
+// migrate, fingerprint).
+//
+// Exit codes: 0 success; 1 the command ran and found a failure (a prove
+// verdict, a refused reconcile, a database error); 2 bad usage or bad input.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+)
+
+// command is one subcommand of idem.
+type command struct {
+	name    string // "serve"
+	usage   string // "idem serve --upstream URL [flags]"
+	summary string // one line for `idem help`
+	run     func(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int
+}
+
+var commands = map[string]command{}
+
+// register adds a subcommand; each lives in its own file and registers
+// itself from init.
+func register(c command) {
+	if _, dup := commands[c.name]; dup {
+		panic("idem: command registered twice: " + c.name)
+	}
+	commands[c.name] = c
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := dispatch(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return 2
+	}
+	switch args[0] {
+	case "help", "-h", "-help", "--help":
+		if len(args) > 1 {
+			if c, ok := commands[args[1]]; ok {
+				return c.run(ctx, []string{"--help"}, stdin, stdout, stderr)
+			}
+		}
+		usage(stdout)
+		return 0
+	}
+	c, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "idem: unknown command %q\n\n", args[0])
+		usage(stderr)
+		return 2
+	}
+	return c.run(ctx, args[1:], stdin, stdout, stderr)
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "idem makes side effects happen once.")
+	fmt.Fprintln(w, "\nUsage: idem <command> [flags]")
+	fmt.Fprintln(w, "\nCommands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-12s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintln(w, "\nRun 'idem <command> --help' for a command's flags. The database is --db URL or $IDEM_DB")
+	fmt.Fprintln(w, "(default sqlite:idem.db; postgres://… for many hosts).")
+}
+
+// envOr returns the environment variable's value, or def when unset.
+func envOr(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok && strings.TrimSpace(v) != "" {
+		return v
+	}
+	return def
+}
+
+// defaultDB is the database every command uses unless told otherwise.
+func defaultDB() string { return envOr("IDEM_DB", "sqlite:idem.db") }

@@ -1,0 +1,28 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"runtime"
+	"runtime/debug"
+)
+
+// version is set at build time with -ldflags "-X main.version=v1.2.3".
+var version = "dev"
+
+func init() {
+	register(command{
+		name:    "version",
+		usage:   "idem version",
+		summary: "print the version",
+		run: func(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+			v := version
+			if bi, ok := debug.ReadBuildInfo(); ok && v == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+				v = bi.Main.Version
+			}
+			fmt.Fprintf(stdout, "idem %s %s %s/%s\n", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			return 0
+		},
+	})
+}

@@ -1,0 +1,150 @@
+package idem
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemdev/idem/internal/crashpoint"
+)
+
+// Func is the work Do runs once. It writes its local effect with tx; what
+// it returns is stored as the result body and replayed to retries. An
+// error releases the key for a retry, unless wrapped with Permanent, which
+// records a failure that is replayed instead.
+//
+// ctx is cancelled if the claim's lease is lost while Func runs.
+type Func func(ctx context.Context, tx *sql.Tx) ([]byte, error)
+
+// Do runs fn at most once for op, and returns its result; retries get the
+// stored result with Replayed set.
+//
+// The claim is taken first, in its own short write, under a lease that Do
+// heartbeats while fn runs. fn then runs inside a transaction that also
+// writes the done mark, so the effect and the mark commit together: a crash
+// before that commit leaves neither, and the key is claimable again after
+// its lease. External calls inside fn should pass op.Key downstream, since
+// a redo after a crash repeats them.
+//
+// Errors: a *ConflictError matching ErrInFlight, ErrMismatch, ErrParked or
+// ErrExpired when fn was not run; ErrFailed (with the stored result) when
+// the key failed permanently before; ErrLeaseLost when the claim was taken
+// over before commit (fn's effects rolled back). Any other error from the
+// final commit leaves the outcome unknown: retry with the same op.
+//
+// On SQLite the transaction holds the database's single writer: fn must not
+// call other ledger methods, and long work belongs outside Do.
+func (l *Ledger) Do(ctx context.Context, op Op, fn Func) (Result, error) {
+	c, err := l.Claim(ctx, op)
+	if err != nil {
+		return Result{}, err
+	}
+	switch c.Outcome {
+	case Replay:
+		if c.Record.State == StateFailed {
+			return c.Result, fmt.Errorf("%w: scope %q key %q", ErrFailed, c.Op.Scope, c.Op.Key)
+		}
+		return c.Result, nil
+	case InFlight, Mismatch, Parked:
+		return Result{}, &ConflictError{Outcome: c.Outcome, Record: c.Record}
+	}
+	crashpoint.Hit(crashpoint.AfterClaim)
+	return l.run(ctx, c, fn)
+}
+
+func (l *Ledger) run(ctx context.Context, c *Claim, fn Func) (res Result, err error) {
+	// Ending the claim must not depend on the caller's context: a client
+	// that went away must not leave a key stuck until its lease ends.
+	bg := context.WithoutCancel(ctx)
+	workCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := l.keepAlive(workCtx, c, cancel)
+	defer stop()
+
+	tx, err := l.drv.DB().BeginTx(workCtx, nil)
+	if err != nil {
+		l.releaseQuietly(bg, c)
+		return Result{}, fmt.Errorf("idem: begin %q: %w", c.Op.Key, err)
+	}
+	committed := false
+	defer func() {
+		if committed {
+			return
+		}
+		tx.Rollback()
+		if p := recover(); p != nil {
+			l.releaseQuietly(bg, c)
+			panic(p)
+		}
+	}()
+
+	body, ferr := fn(workCtx, tx)
+	if ferr != nil {
+		tx.Rollback()
+		if cause := context.Cause(workCtx); errors.Is(cause, ErrLeaseLost) {
+			return Result{}, fmt.Errorf("idem: %q: %w (%v)", c.Op.Key, ErrLeaseLost, ferr)
+		}
+		if IsPermanent(ferr) {
+			r := Result{Body: []byte(ferr.Error())}
+			if err := l.Fail(bg, c, r); err != nil {
+				return Result{}, errors.Join(ferr, err)
+			}
+			return r, fmt.Errorf("%w: %w", ErrFailed, ferr)
+		}
+		l.releaseQuietly(bg, c)
+		return Result{}, ferr
+	}
+	r := Result{Body: body}
+	if err := l.CompleteTx(bg, tx, c, r); err != nil {
+		return Result{}, err // ErrLeaseLost: rolled back by the deferred Rollback
+	}
+	crashpoint.Hit(crashpoint.BeforeCommit)
+	stop()
+	committed = true
+	if err := tx.Commit(); err != nil {
+		// The commit may have happened: the key is left to its lease, and a
+		// retry with the same op finds out.
+		return Result{}, fmt.Errorf("idem: commit %q (outcome unknown; retry with the same key): %w", c.Op.Key, err)
+	}
+	crashpoint.Hit(crashpoint.AfterCommit)
+	return r, nil
+}
+
+// keepAlive heartbeats c every third of its lease until stopped, and
+// cancels the work with ErrLeaseLost if the lease is lost.
+func (l *Ledger) keepAlive(ctx context.Context, c *Claim, cancel context.CancelCauseFunc) (stop func()) {
+	hbCtx, hbCancel := context.WithCancel(ctx)
+	finished := make(chan struct{})
+	every := max(c.Op.Lease/3, time.Millisecond)
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-hbCtx.Done():
+				return
+			case <-t.C:
+				// On SQLite this waits for the writer that fn's transaction
+				// holds; stop cancels the wait.
+				err := l.Heartbeat(hbCtx, c)
+				if errors.Is(err, ErrLeaseLost) {
+					cancel(ErrLeaseLost)
+					return
+				}
+			}
+		}
+	}()
+	return func() {
+		hbCancel()
+		<-finished
+	}
+}
+
+func (l *Ledger) releaseQuietly(ctx context.Context, c *Claim) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_ = l.Release(ctx, c) // if this fails the lease ends on its own
+}

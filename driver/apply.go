@@ -1,0 +1,51 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// ApplyMigrations records and applies every migration in migs that the
+// database has not seen. The caller runs it inside a transaction that holds
+// the database's migration lock (BEGIN IMMEDIATE on SQLite, an advisory
+// lock on PostgreSQL), so concurrent openers apply each step once. rebind
+// turns '?' placeholders into the driver's own.
+func ApplyMigrations(ctx context.Context, tx Querier, migs []Migration, rebind func(string) string) error {
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS idem_migrations (
+	version INTEGER PRIMARY KEY,
+	name TEXT NOT NULL,
+	applied_at TEXT NOT NULL
+)`); err != nil {
+		return fmt.Errorf("create idem_migrations: %w", err)
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT version FROM idem_migrations`)
+	if err != nil {
+		return fmt.Errorf("read idem_migrations: %w", err)
+	}
+	applied := map[int]bool{}
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			rows.Close()
+			return err
+		}
+		applied[v] = true
+	}
+	if err := rows.Close(); err != nil {
+		return err
+	}
+	for _, m := range migs {
+		if applied[m.Version] {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+			return fmt.Errorf("migration %04d_%s: %w", m.Version, m.Name, err)
+		}
+		if _, err := tx.ExecContext(ctx, rebind(`INSERT INTO idem_migrations (version, name, applied_at) VALUES (?, ?, ?)`),
+			m.Version, m.Name, time.Now().UTC().Format(time.RFC3339)); err != nil {
+			return fmt.Errorf("record migration %d: %w", m.Version, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,223 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/idemdev/idem/driver"
+)
+
+var colNames = []string{"scope", "key", "fingerprint", "state", "attempt", "lease_id", "lease_until", "retention_ms",
+	"tombstone_ms", "created_at", "updated_at", "completed_at", "expires_at", "tombstone_until", "status", "meta", "body"}
+
+// cols lists the record columns, each prefixed with p (e.g. "k.").
+func cols(p string) string {
+	return p + strings.Join(colNames, ", "+p)
+}
+
+// clockCTE binds $1 as the statement's clock: the server's now() unless a
+// test injected one.
+const clockCTE = `WITH c AS (SELECT coalesce($1::timestamptz, now()) AS now) `
+
+const msInterval = ` * interval '1 millisecond'`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanRecord(s scanner, lead ...any) (driver.Record, error) {
+	var (
+		r                                      driver.Record
+		state                                  string
+		retention, tomb                        int64
+		completedAt, expiresAt, tombstoneUntil sql.NullTime
+	)
+	dest := append(lead, &r.Scope, &r.Key, &r.Fingerprint, &state, &r.Attempt, &r.LeaseID, &r.LeaseUntil, &retention, &tomb,
+		&r.CreatedAt, &r.UpdatedAt, &completedAt, &expiresAt, &tombstoneUntil, &r.Status, &r.Meta, &r.Body, &r.Now)
+	if err := s.Scan(dest...); err != nil {
+		return r, err
+	}
+	r.State = driver.State(state)
+	r.Retention = time.Duration(retention) * time.Millisecond
+	r.TombstoneTTL = time.Duration(tomb) * time.Millisecond
+	r.CompletedAt, r.ExpiresAt, r.TombstoneUntil = completedAt.Time, expiresAt.Time, tombstoneUntil.Time
+	return r, nil
+}
+
+// Claim inserts a new record or returns the existing one, in one statement.
+// The read of an existing row sees the statement's snapshot: if a racing
+// inserter committed after it was taken, no row comes back and the caller
+// tries again (ErrConflict).
+func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) (driver.Record, bool, error) {
+	var created bool
+	row := d.db.QueryRowContext(ctx, clockCTE+`, ins AS (
+	INSERT INTO idem_keys (scope, key, fingerprint, state, attempt, lease_id, lease_until, retention_ms, tombstone_ms, created_at, updated_at)
+	SELECT $2, $3, $4, 'in_progress', 1, $5, c.now + $6`+msInterval+`, $7, $8, c.now, c.now FROM c
+	ON CONFLICT (scope, key) DO NOTHING
+	RETURNING `+cols("")+`)
+SELECT true, `+cols("ins.")+`, c.now FROM ins, c
+UNION ALL
+SELECT false, `+cols("k.")+`, c.now FROM idem_keys k, c WHERE k.scope = $2 AND k.key = $3 AND NOT EXISTS (SELECT 1 FROM ins)`,
+		d.clock(), p.Scope, p.Key, p.Fingerprint, p.LeaseID, p.Lease.Milliseconds(), p.Retention.Milliseconds(), p.TombstoneTTL.Milliseconds())
+	rec, err := scanRecord(row, &created)
+	if errors.Is(err, sql.ErrNoRows) {
+		return rec, false, driver.ErrConflict
+	}
+	if err != nil {
+		return rec, false, fmt.Errorf("postgres: claim: %w", err)
+	}
+	return rec, created, nil
+}
+
+// Get reads one record.
+func (d *Driver) Get(ctx context.Context, scope, key string) (driver.Record, error) {
+	rec, err := scanRecord(d.db.QueryRowContext(ctx, clockCTE+`SELECT `+cols("k.")+`, c.now FROM idem_keys k, c
+	WHERE k.scope = $2 AND k.key = $3`, d.clock(), scope, key))
+	if errors.Is(err, sql.ErrNoRows) {
+		return rec, driver.ErrNotFound
+	}
+	if err != nil {
+		return rec, fmt.Errorf("postgres: get: %w", err)
+	}
+	return rec, nil
+}
+
+// Takeover is a compare-and-swap on (state, attempt) that re-checks that the
+// record is free to take.
+func (d *Driver) Takeover(ctx context.Context, p driver.TakeoverParams) (driver.Record, error) {
+	var row *sql.Row
+	if p.Park {
+		row = d.db.QueryRowContext(ctx, clockCTE+`UPDATE idem_keys k SET state = 'parked', lease_until = c.now, updated_at = c.now
+	FROM c WHERE k.scope = $2 AND k.key = $3 AND k.state = 'in_progress' AND k.attempt = $4 AND k.lease_until <= c.now
+	RETURNING `+cols("k.")+`, c.now`, d.clock(), p.Scope, p.Key, p.FromAttempt)
+	} else {
+		row = d.db.QueryRowContext(ctx, clockCTE+`UPDATE idem_keys k SET state = 'in_progress', attempt = k.attempt + 1,
+	lease_id = $2, lease_until = c.now + $3`+msInterval+`, fingerprint = $4, retention_ms = $5, tombstone_ms = $6, updated_at = c.now,
+	completed_at = NULL, expires_at = NULL, tombstone_until = NULL, status = 0, meta = NULL, body = NULL
+	FROM c WHERE k.scope = $7 AND k.key = $8 AND k.state = $9 AND k.attempt = $10
+	AND (k.state = 'released'
+		OR (k.state = 'in_progress' AND k.lease_until <= c.now)
+		OR (k.state IN ('succeeded', 'failed', 'tombstone') AND k.tombstone_until <= c.now))
+	RETURNING `+cols("k.")+`, c.now`,
+			d.clock(), p.LeaseID, p.Lease.Milliseconds(), p.Fingerprint, p.Retention.Milliseconds(), p.TombstoneTTL.Milliseconds(),
+			p.Scope, p.Key, string(p.FromState), p.FromAttempt)
+	}
+	rec, err := scanRecord(row)
+	if errors.Is(err, sql.ErrNoRows) {
+		return rec, driver.ErrConflict
+	}
+	if err != nil {
+		return rec, fmt.Errorf("postgres: takeover: %w", err)
+	}
+	return rec, nil
+}
+
+// fenced is the predicate of every write a holder makes ($2…$5).
+const fenced = `k.scope = $2 AND k.key = $3 AND k.attempt = $4 AND k.lease_id = $5 AND k.state = 'in_progress' AND k.lease_until > c.now`
+
+// Heartbeat extends a held lease.
+func (d *Driver) Heartbeat(ctx context.Context, f driver.Fence, lease time.Duration) (time.Time, error) {
+	var until time.Time
+	err := d.db.QueryRowContext(ctx, clockCTE+`UPDATE idem_keys k SET lease_until = c.now + $6`+msInterval+`, updated_at = c.now
+	FROM c WHERE `+fenced+` RETURNING k.lease_until`,
+		d.clock(), f.Scope, f.Key, f.Attempt, f.LeaseID, lease.Milliseconds()).Scan(&until)
+	if errors.Is(err, sql.ErrNoRows) {
+		return time.Time{}, driver.ErrFenced
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("postgres: heartbeat: %w", err)
+	}
+	return until, nil
+}
+
+// finishSet is the SET clause shared by Finish and Resolve ($6…$9):
+// completed states start their retention clock; released and parked do not.
+const finishSet = `state = $6, lease_until = c.now, updated_at = c.now,
+	completed_at = CASE WHEN $6 IN ('succeeded', 'failed') THEN c.now END,
+	expires_at = CASE WHEN $6 IN ('succeeded', 'failed') THEN c.now + k.retention_ms` + msInterval + ` END,
+	tombstone_until = CASE WHEN $6 IN ('succeeded', 'failed') THEN c.now + (k.retention_ms + k.tombstone_ms)` + msInterval + ` END,
+	status = $7, meta = $8, body = $9`
+
+// Finish ends a held claim, in the caller's transaction when q is not nil.
+func (d *Driver) Finish(ctx context.Context, q driver.Querier, p driver.FinishParams) error {
+	if q == nil {
+		q = d.db
+	}
+	res, err := q.ExecContext(ctx, clockCTE+`UPDATE idem_keys k SET `+finishSet+` FROM c WHERE `+fenced,
+		d.clock(), p.Scope, p.Key, p.Attempt, p.LeaseID, string(p.State), p.Status, p.Meta, p.Body)
+	if err != nil {
+		return fmt.Errorf("postgres: finish: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("postgres: finish: %w", err)
+	} else if n == 0 {
+		return driver.ErrFenced
+	}
+	return nil
+}
+
+// Resolve applies an operator's decision.
+func (d *Driver) Resolve(ctx context.Context, p driver.ResolveParams) (driver.Record, error) {
+	rec, err := scanRecord(d.db.QueryRowContext(ctx, clockCTE+`UPDATE idem_keys k SET `+finishSet+`
+	FROM c WHERE k.scope = $2 AND k.key = $3
+	AND (k.state = 'parked' OR (k.state = 'in_progress' AND (k.lease_until <= c.now OR $4::boolean OR $5::boolean)))
+	RETURNING `+cols("k.")+`, c.now`, d.clock(), p.Scope, p.Key, p.Force, false, string(p.State), p.Status, p.Meta, p.Body))
+	if errors.Is(err, sql.ErrNoRows) {
+		return rec, driver.ErrFenced
+	}
+	if err != nil {
+		return rec, fmt.Errorf("postgres: resolve: %w", err)
+	}
+	return rec, nil
+}
+
+// Prune drops the results of records past retention and deletes tombstones
+// past their window, at most limit rows of each. Rows locked by a live
+// writer are skipped, not waited for.
+func (d *Driver) Prune(ctx context.Context, limit int) (driver.PruneResult, error) {
+	var out driver.PruneResult
+	res, err := d.db.ExecContext(ctx, clockCTE+`UPDATE idem_keys k SET state = 'tombstone', status = 0, meta = NULL, body = NULL, updated_at = c.now
+	FROM c WHERE (k.scope, k.key) IN (SELECT scope, key FROM idem_keys, c
+		WHERE state IN ('succeeded', 'failed') AND expires_at <= c.now LIMIT $2 FOR UPDATE OF idem_keys SKIP LOCKED)`, d.clock(), limit)
+	if err != nil {
+		return out, fmt.Errorf("postgres: prune: %w", err)
+	}
+	n, _ := res.RowsAffected()
+	out.Tombstoned = int(n)
+	res, err = d.db.ExecContext(ctx, clockCTE+`DELETE FROM idem_keys k USING c WHERE (k.scope, k.key) IN (SELECT scope, key FROM idem_keys, c
+		WHERE (state = 'tombstone' AND tombstone_until <= c.now)
+		   OR (state = 'released' AND updated_at + retention_ms`+msInterval+` <= c.now)
+		LIMIT $2 FOR UPDATE OF idem_keys SKIP LOCKED)`, d.clock(), limit)
+	if err != nil {
+		return out, fmt.Errorf("postgres: prune: %w", err)
+	}
+	n, _ = res.RowsAffected()
+	out.Deleted = int(n)
+	return out, nil
+}
+
+// List returns records for operators, most recently updated first.
+func (d *Driver) List(ctx context.Context, f driver.ListFilter) ([]driver.Record, error) {
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	rows, err := d.db.QueryContext(ctx, clockCTE+`SELECT `+cols("k.")+`, c.now FROM idem_keys k, c
+	WHERE ($2 = '' OR k.state = $2) AND ($3 = '' OR k.scope = $3) AND (NOT $4::boolean OR (k.state = 'in_progress' AND k.lease_until <= c.now))
+	ORDER BY k.updated_at DESC LIMIT $5`, d.clock(), string(f.State), f.Scope, f.Stale, limit)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: list: %w", err)
+	}
+	defer rows.Close()
+	var out []driver.Record
+	for rows.Next() {
+		rec, err := scanRecord(rows)
+		if err != nil {
+			return nil, fmt.Errorf("postgres: list: %w", err)
+		}
+		out = append(out, rec)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,239 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemdev/idem/driver"
+)
+
+const cols = `scope, key, fingerprint, state, attempt, lease_id, lease_until, retention_ms, tombstone_ms,
+	created_at, updated_at, completed_at, expires_at, tombstone_until, status, meta, body`
+
+// ms converts a duration to the milliseconds the schema stores.
+func ms(d time.Duration) int64 { return d.Milliseconds() }
+
+func fromMS(v int64) time.Time { return time.UnixMilli(v) }
+
+func nullMS(v sql.NullInt64) time.Time {
+	if !v.Valid {
+		return time.Time{}
+	}
+	return time.UnixMilli(v.Int64)
+}
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanRecord(s scanner, now int64) (driver.Record, error) {
+	var (
+		r                                      driver.Record
+		state                                  string
+		leaseUntil, retention, tomb, cAt, uAt  int64
+		completedAt, expiresAt, tombstoneUntil sql.NullInt64
+	)
+	err := s.Scan(&r.Scope, &r.Key, &r.Fingerprint, &state, &r.Attempt, &r.LeaseID, &leaseUntil, &retention, &tomb,
+		&cAt, &uAt, &completedAt, &expiresAt, &tombstoneUntil, &r.Status, &r.Meta, &r.Body)
+	if err != nil {
+		return r, err
+	}
+	r.State = driver.State(state)
+	r.LeaseUntil = fromMS(leaseUntil)
+	r.Retention = time.Duration(retention) * time.Millisecond
+	r.TombstoneTTL = time.Duration(tomb) * time.Millisecond
+	r.CreatedAt, r.UpdatedAt = fromMS(cAt), fromMS(uAt)
+	r.CompletedAt, r.ExpiresAt, r.TombstoneUntil = nullMS(completedAt), nullMS(expiresAt), nullMS(tombstoneUntil)
+	r.Now = fromMS(now)
+	return r, nil
+}
+
+// Claim inserts a new record or returns the existing one. The insert is one
+// autocommit statement on the writer; the read of an existing row uses the
+// read pool, so replays do not queue behind writers.
+func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) (driver.Record, bool, error) {
+	now := d.nowMS()
+	row := d.w.QueryRowContext(ctx, `INSERT INTO idem_keys
+	(scope, key, fingerprint, state, attempt, lease_id, lease_until, retention_ms, tombstone_ms, created_at, updated_at)
+	VALUES (?, ?, ?, 'in_progress', 1, ?, ?, ?, ?, ?, ?)
+	ON CONFLICT (scope, key) DO NOTHING
+	RETURNING `+cols,
+		p.Scope, p.Key, p.Fingerprint, p.LeaseID, now+ms(p.Lease), ms(p.Retention), ms(p.TombstoneTTL), now, now)
+	rec, err := scanRecord(row, now)
+	if err == nil {
+		return rec, true, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return rec, false, fmt.Errorf("sqlite: claim: %w", err)
+	}
+	rec, err = d.get(ctx, d.r, p.Scope, p.Key)
+	if errors.Is(err, driver.ErrNotFound) {
+		return rec, false, driver.ErrConflict // pruned between the two steps
+	}
+	return rec, false, err
+}
+
+// Get reads one record from the read pool.
+func (d *Driver) Get(ctx context.Context, scope, key string) (driver.Record, error) {
+	return d.get(ctx, d.r, scope, key)
+}
+
+func (d *Driver) get(ctx context.Context, q driver.Querier, scope, key string) (driver.Record, error) {
+	now := d.nowMS()
+	rec, err := scanRecord(q.QueryRowContext(ctx, `SELECT `+cols+` FROM idem_keys WHERE scope = ? AND key = ?`, scope, key), now)
+	if errors.Is(err, sql.ErrNoRows) {
+		return rec, driver.ErrNotFound
+	}
+	if err != nil {
+		return rec, fmt.Errorf("sqlite: get: %w", err)
+	}
+	return rec, nil
+}
+
+// takeable is the predicate every takeover re-checks inside its write: a
+// released key, a stale in-progress claim, or a record past its tombstone.
+const takeable = `(state = 'released'
+	OR (state = 'in_progress' AND lease_until <= ?1)
+	OR (state IN ('succeeded', 'failed', 'tombstone') AND tombstone_until <= ?1))`
+
+// Takeover is a compare-and-swap on (state, attempt) that also re-checks
+// that the record is free to take.
+func (d *Driver) Takeover(ctx context.Context, p driver.TakeoverParams) (driver.Record, error) {
+	now := d.nowMS()
+	var row *sql.Row
+	if p.Park {
+		row = d.w.QueryRowContext(ctx, `UPDATE idem_keys SET state = 'parked', lease_until = ?1, updated_at = ?1
+	WHERE scope = ?2 AND key = ?3 AND state = 'in_progress' AND attempt = ?4 AND lease_until <= ?1
+	RETURNING `+cols, now, p.Scope, p.Key, p.FromAttempt)
+	} else {
+		row = d.w.QueryRowContext(ctx, `UPDATE idem_keys SET state = 'in_progress', attempt = attempt + 1,
+	lease_id = ?2, lease_until = ?3, fingerprint = ?4, retention_ms = ?5, tombstone_ms = ?6, updated_at = ?1,
+	completed_at = NULL, expires_at = NULL, tombstone_until = NULL, status = 0, meta = NULL, body = NULL
+	WHERE scope = ?7 AND key = ?8 AND state = ?9 AND attempt = ?10 AND `+takeable+`
+	RETURNING `+cols,
+			now, p.LeaseID, now+ms(p.Lease), p.Fingerprint, ms(p.Retention), ms(p.TombstoneTTL),
+			p.Scope, p.Key, string(p.FromState), p.FromAttempt)
+	}
+	rec, err := scanRecord(row, now)
+	if errors.Is(err, sql.ErrNoRows) {
+		return rec, driver.ErrConflict
+	}
+	if err != nil {
+		return rec, fmt.Errorf("sqlite: takeover: %w", err)
+	}
+	return rec, nil
+}
+
+// fenced is the predicate of every write a holder makes.
+const fenced = `scope = ?2 AND key = ?3 AND attempt = ?4 AND lease_id = ?5 AND state = 'in_progress' AND lease_until > ?1`
+
+// Heartbeat extends a held lease.
+func (d *Driver) Heartbeat(ctx context.Context, f driver.Fence, lease time.Duration) (time.Time, error) {
+	now := d.nowMS()
+	var until int64
+	err := d.w.QueryRowContext(ctx, `UPDATE idem_keys SET lease_until = ?6, updated_at = ?1 WHERE `+fenced+` RETURNING lease_until`,
+		now, f.Scope, f.Key, f.Attempt, f.LeaseID, now+ms(lease)).Scan(&until)
+	if errors.Is(err, sql.ErrNoRows) {
+		return time.Time{}, driver.ErrFenced
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("sqlite: heartbeat: %w", err)
+	}
+	return fromMS(until), nil
+}
+
+// finishSet is the SET clause shared by Finish and Resolve: completed
+// states get their retention clock started; released and parked get none.
+const finishSet = `state = ?6, lease_until = ?1, updated_at = ?1,
+	completed_at = CASE WHEN ?6 IN ('succeeded', 'failed') THEN ?1 END,
+	expires_at = CASE WHEN ?6 IN ('succeeded', 'failed') THEN ?1 + retention_ms END,
+	tombstone_until = CASE WHEN ?6 IN ('succeeded', 'failed') THEN ?1 + retention_ms + tombstone_ms END,
+	status = ?7, meta = ?8, body = ?9`
+
+// Finish ends a held claim, in the caller's transaction when q is not nil.
+func (d *Driver) Finish(ctx context.Context, q driver.Querier, p driver.FinishParams) error {
+	if q == nil {
+		q = d.w
+	}
+	now := d.nowMS()
+	res, err := q.ExecContext(ctx, `UPDATE idem_keys SET `+finishSet+` WHERE `+fenced,
+		now, p.Scope, p.Key, p.Attempt, p.LeaseID, string(p.State), p.Status, p.Meta, p.Body)
+	if err != nil {
+		return fmt.Errorf("sqlite: finish: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("sqlite: finish: %w", err)
+	} else if n == 0 {
+		return driver.ErrFenced
+	}
+	return nil
+}
+
+// Resolve applies an operator's decision.
+func (d *Driver) Resolve(ctx context.Context, p driver.ResolveParams) (driver.Record, error) {
+	now := d.nowMS()
+	row := d.w.QueryRowContext(ctx, `UPDATE idem_keys SET `+finishSet+`
+	WHERE scope = ?2 AND key = ?3 AND (state = 'parked' OR (state = 'in_progress' AND (lease_until <= ?1 OR ?4)))
+	RETURNING `+cols, now, p.Scope, p.Key, p.Force, nil, string(p.State), p.Status, p.Meta, p.Body)
+	rec, err := scanRecord(row, now)
+	if errors.Is(err, sql.ErrNoRows) {
+		return rec, driver.ErrFenced
+	}
+	if err != nil {
+		return rec, fmt.Errorf("sqlite: resolve: %w", err)
+	}
+	return rec, nil
+}
+
+// Prune drops the results of records past retention and deletes tombstones
+// past their window, at most limit rows of each, in one transaction.
+func (d *Driver) Prune(ctx context.Context, limit int) (driver.PruneResult, error) {
+	var out driver.PruneResult
+	now := d.nowMS()
+	tx, err := d.w.BeginTx(ctx, nil)
+	if err != nil {
+		return out, fmt.Errorf("sqlite: prune: %w", err)
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, `UPDATE idem_keys SET state = 'tombstone', status = 0, meta = NULL, body = NULL, updated_at = ?1
+	WHERE rowid IN (SELECT rowid FROM idem_keys WHERE state IN ('succeeded', 'failed') AND expires_at <= ?1 LIMIT ?2)`, now, limit)
+	if err != nil {
+		return out, fmt.Errorf("sqlite: prune: %w", err)
+	}
+	n, _ := res.RowsAffected()
+	out.Tombstoned = int(n)
+	res, err = tx.ExecContext(ctx, `DELETE FROM idem_keys WHERE rowid IN (SELECT rowid FROM idem_keys
+	WHERE (state = 'tombstone' AND tombstone_until <= ?1) OR (state = 'released' AND updated_at + retention_ms <= ?1) LIMIT ?2)`, now, limit)
+	if err != nil {
+		return out, fmt.Errorf("sqlite: prune: %w", err)
+	}
+	n, _ = res.RowsAffected()
+	out.Deleted = int(n)
+	return out, tx.Commit()
+}
+
+// List returns records for operators, most recently updated first.
+func (d *Driver) List(ctx context.Context, f driver.ListFilter) ([]driver.Record, error) {
+	now := d.nowMS()
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	rows, err := d.r.QueryContext(ctx, `SELECT `+cols+` FROM idem_keys
+	WHERE (?1 = '' OR state = ?1) AND (?2 = '' OR scope = ?2) AND (NOT ?3 OR (state = 'in_progress' AND lease_until <= ?4))
+	ORDER BY updated_at DESC LIMIT ?5`, string(f.State), f.Scope, f.Stale, now, limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: list: %w", err)
+	}
+	defer rows.Close()
+	var out []driver.Record
+	for rows.Next() {
+		rec, err := scanRecord(rows, now)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: list: %w", err)
+		}
+		out = append(out, rec)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,58 @@
+package idem
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+)
+
+// PruneOptions bounds a Prune. Nil means defaults.
+type PruneOptions struct {
+	// BatchSize is how many rows one batch may change. Default 1000.
+	BatchSize int
+	// MaxBatches stops after this many batches; 0 means until done.
+	MaxBatches int
+	// Progress, when set, is called after every batch with the totals.
+	Progress func(PruneStats)
+}
+
+// PruneStats totals what a Prune changed.
+type PruneStats struct {
+	Tombstoned int // completed records past retention turned into tombstones
+	Deleted    int // tombstones past their window, and old released keys
+	Batches    int
+}
+
+// Prune runs the retention sweep in bounded batches: completed records past
+// retention lose their stored result and become tombstones; tombstones past
+// their window are deleted. It never touches an in-progress or parked
+// record, and never a record still authoritative. Safe to run from many
+// processes at once.
+func (l *Ledger) Prune(ctx context.Context, opts *PruneOptions) (PruneStats, error) {
+	var o PruneOptions
+	if opts != nil {
+		o = *opts
+	}
+	size := cmp.Or(o.BatchSize, 1000)
+	var st PruneStats
+	for o.MaxBatches == 0 || st.Batches < o.MaxBatches {
+		if err := ctx.Err(); err != nil {
+			return st, err
+		}
+		r, err := l.drv.Prune(ctx, size)
+		if err != nil {
+			return st, fmt.Errorf("idem: prune: %w", err)
+		}
+		st.Batches++
+		st.Tombstoned += r.Tombstoned
+		st.Deleted += r.Deleted
+		l.observe(Event{Kind: EventPrune, Tombstoned: r.Tombstoned, Deleted: r.Deleted})
+		if o.Progress != nil {
+			o.Progress(st)
+		}
+		if r.Tombstoned < size && r.Deleted < size {
+			break
+		}
+	}
+	return st, nil
+}

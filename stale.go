@@ -1,0 +1,107 @@
+package idem
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+)
+
+// StalePolicy decides what a claim does with an in-progress record whose
+// lease has ended: its holder died, paused, or lost the network, and may or
+// may not have performed the effect.
+type StalePolicy int
+
+const (
+	// Redo reclaims the key with a newer token (Outcome Reclaimed) and runs
+	// the operation again with the same key. Safe when the effect is local
+	// (it rolled back with the holder) or the downstream deduplicates on
+	// the forwarded key. The default.
+	Redo StalePolicy = iota + 1
+	// Reconcile reclaims the key, then asks the Reconciler what happened
+	// downstream: done (the result is stored and replayed), not done (the
+	// caller runs it, Outcome Reclaimed) or unknown (parked).
+	Reconcile
+	// Park moves the record to parked: nobody runs it again until an
+	// operator (idem reconcile) or a reconciler decides.
+	Park
+)
+
+// String names the policy.
+func (p StalePolicy) String() string {
+	switch p {
+	case Redo:
+		return "redo"
+	case Reconcile:
+		return "reconcile"
+	case Park:
+		return "park"
+	}
+	return "default"
+}
+
+// Verdict is a reconciler's answer about a stale operation.
+type Verdict int
+
+const (
+	// Unknown: the downstream cannot tell. The claim is parked. The zero
+	// value, so a reconciler that says nothing never causes a redo.
+	Unknown Verdict = iota
+	// Done: the effect happened; the Result given is stored and replayed.
+	Done
+	// FailedDone: the operation ran and failed permanently; the Result is
+	// stored as a failure and replayed.
+	FailedDone
+	// NotDone: the effect certainly did not happen; the caller runs it.
+	NotDone
+)
+
+// String names the verdict.
+func (v Verdict) String() string {
+	switch v {
+	case Done:
+		return "done"
+	case FailedDone:
+		return "failed"
+	case NotDone:
+		return "not_done"
+	}
+	return "unknown"
+}
+
+// Reconciler looks up downstream, by key, what became of an operation whose
+// holder vanished. It runs while the caller holds a fresh claim on the key,
+// so no one else acts on it meanwhile. An error leaves the claim to expire,
+// after which the next claim asks again.
+type Reconciler func(ctx context.Context, rec Record) (Verdict, Result, error)
+
+// reconcileStale asks the reconciler about a reclaimed key and records its
+// answer with the new token.
+func (l *Ledger) reconcileStale(ctx context.Context, c *Claim) (*Claim, error) {
+	v, res, err := l.reconcile(ctx, c.Record)
+	l.observe(Event{Kind: EventReconcile, Op: c.Op, Attempt: c.Token, Verdict: v, Err: err})
+	if err != nil {
+		return nil, fmt.Errorf("idem: reconcile %q: %w", c.Op.Key, err)
+	}
+	l.logOp(ctx, slog.LevelInfo, "stale claim reconciled", c.Op, c.Token, slog.String("verdict", v.String()))
+	switch v {
+	case NotDone:
+		return c, nil
+	case Done, FailedDone:
+		st := StateSucceeded
+		if v == FailedDone {
+			st = StateFailed
+		}
+		if err := l.finish(ctx, nil, c, st, res); err != nil {
+			return nil, err
+		}
+		res.Replayed = true
+		return &Claim{Outcome: Replay, Op: c.Op, Record: c.Record, Result: res}, nil
+	default:
+		if err := l.finish(ctx, nil, c, StateParked, Result{}); err != nil {
+			return nil, err
+		}
+		l.logOp(ctx, slog.LevelWarn, "stale claim parked: outcome unknown", c.Op, c.Token)
+		c.Record.State = StateParked
+		return &Claim{Outcome: Parked, Op: c.Op, Record: c.Record}, nil
+	}
+}
