@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -55,8 +56,30 @@ func (l *Ledger) Claim(ctx context.Context, op Op) (*Claim, error) {
 	if err != nil {
 		return nil, err
 	}
+	return l.claimObserved(ctx, nil, op)
+}
+
+// ClaimTx is Claim inside the caller's transaction: the claim commits or
+// rolls back with tx. This is the transaction-bound mode: while tx is open,
+// a concurrent claim of the same key waits for it (a row lock on
+// PostgreSQL, the single writer on SQLite) instead of seeing InFlight, and
+// a crash before commit leaves no trace, so the next claim starts clean at
+// once. Finish a held claim with CompleteTx or FailTx in the same tx. Keep
+// tx short: on SQLite it holds the only writer.
+func (l *Ledger) ClaimTx(ctx context.Context, tx *sql.Tx, op Op) (*Claim, error) {
+	if tx == nil {
+		return nil, &InputError{Field: "tx", Reason: "must not be nil"}
+	}
+	op, err := l.withDefaults(op)
+	if err != nil {
+		return nil, err
+	}
+	return l.claimObserved(ctx, tx, op)
+}
+
+func (l *Ledger) claimObserved(ctx context.Context, q driver.Querier, op Op) (*Claim, error) {
 	start := time.Now()
-	c, err := l.claim(ctx, op)
+	c, err := l.claim(ctx, q, op)
 	ev := Event{Kind: EventClaim, Op: op, Took: time.Since(start), Err: err}
 	if c != nil {
 		ev.Outcome, ev.Attempt = c.Outcome, c.Record.Attempt
@@ -67,13 +90,13 @@ func (l *Ledger) Claim(ctx context.Context, op Op) (*Claim, error) {
 	return c, err
 }
 
-func (l *Ledger) claim(ctx context.Context, op Op) (*Claim, error) {
+func (l *Ledger) claim(ctx context.Context, q driver.Querier, op Op) (*Claim, error) {
 	for range maxClaimRetries {
 		p := driver.ClaimParams{
 			Scope: op.Scope, Key: op.Key, Fingerprint: op.Fingerprint,
 			LeaseID: rand.Int64(), Lease: op.Lease, Retention: op.Retention, TombstoneTTL: l.tombstone,
 		}
-		rec, created, err := l.drv.Claim(ctx, p)
+		rec, created, err := l.drv.Claim(ctx, q, p)
 		if errors.Is(err, driver.ErrConflict) {
 			continue
 		}
@@ -83,7 +106,7 @@ func (l *Ledger) claim(ctx context.Context, op Op) (*Claim, error) {
 		if created {
 			return l.held(Acquired, op, p.LeaseID, rec), nil
 		}
-		c, err := l.decide(ctx, op, p, rec)
+		c, err := l.decide(ctx, q, op, p, rec)
 		if errors.Is(err, driver.ErrConflict) {
 			continue
 		}
@@ -144,12 +167,12 @@ func judge(op Op, r Record) verdict {
 	}
 }
 
-func (l *Ledger) decide(ctx context.Context, op Op, p driver.ClaimParams, found driver.Record) (*Claim, error) {
+func (l *Ledger) decide(ctx context.Context, q driver.Querier, op Op, p driver.ClaimParams, found driver.Record) (*Claim, error) {
 	r := recordFrom(found)
 	v := judge(op, r)
 	switch v {
 	case takeFresh, takeStale, askStale, parkStale:
-		rec, err := l.drv.Takeover(ctx, driver.TakeoverParams{
+		rec, err := l.drv.Takeover(ctx, q, driver.TakeoverParams{
 			ClaimParams: p, FromState: found.State, FromAttempt: found.Attempt, Park: v == parkStale,
 		})
 		if err != nil {
@@ -165,7 +188,7 @@ func (l *Ledger) decide(ctx context.Context, op Op, p driver.ClaimParams, found 
 		l.logOp(ctx, slog.LevelWarn, "stale claim reclaimed", op, rec.Attempt, slog.Int64("previous_attempt", found.Attempt))
 		c := l.held(Reclaimed, op, p.LeaseID, rec)
 		if v == askStale {
-			return l.reconcileStale(ctx, c)
+			return l.reconcileStale(ctx, q, c)
 		}
 		return c, nil
 	case giveReplay:

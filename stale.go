@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+
+	"github.com/idemdev/idem/driver"
 )
 
 // StalePolicy decides what a claim does with an in-progress record whose
@@ -76,7 +78,7 @@ type Reconciler func(ctx context.Context, rec Record) (Verdict, Result, error)
 
 // reconcileStale asks the reconciler about a reclaimed key and records its
 // answer with the new token.
-func (l *Ledger) reconcileStale(ctx context.Context, c *Claim) (*Claim, error) {
+func (l *Ledger) reconcileStale(ctx context.Context, q driver.Querier, c *Claim) (*Claim, error) {
 	v, res, err := l.reconcile(ctx, c.Record)
 	l.observe(Event{Kind: EventReconcile, Op: c.Op, Attempt: c.Token, Verdict: v, Err: err})
 	if err != nil {
@@ -91,13 +93,13 @@ func (l *Ledger) reconcileStale(ctx context.Context, c *Claim) (*Claim, error) {
 		if v == FailedDone {
 			st = StateFailed
 		}
-		if err := l.finish(ctx, nil, c, st, res); err != nil {
+		if err := l.finish(ctx, q, c, st, res); err != nil {
 			return nil, err
 		}
 		res.Replayed = true
 		return &Claim{Outcome: Replay, Op: c.Op, Record: c.Record, Result: res}, nil
 	default:
-		if err := l.finish(ctx, nil, c, StateParked, Result{}); err != nil {
+		if err := l.finish(ctx, q, c, StateParked, Result{}); err != nil {
 			return nil, err
 		}
 		l.logOp(ctx, slog.LevelWarn, "stale claim parked: outcome unknown", c.Op, c.Token)

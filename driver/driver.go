@@ -168,10 +168,12 @@ type Ledger interface {
 	// Claim inserts a new in-progress record with attempt 1, or returns the
 	// existing one untouched. created says which. ErrConflict means the
 	// existing row vanished between the two steps; the caller tries again.
-	Claim(ctx context.Context, p ClaimParams) (rec Record, created bool, err error)
+	// With a non-nil q it runs inside the caller's transaction.
+	Claim(ctx context.Context, q Querier, p ClaimParams) (rec Record, created bool, err error)
 	// Takeover hands a free record to a new holder with attempt+1, or parks
-	// it. See TakeoverParams.
-	Takeover(ctx context.Context, p TakeoverParams) (Record, error)
+	// it. See TakeoverParams. With a non-nil q it runs inside the caller's
+	// transaction.
+	Takeover(ctx context.Context, q Querier, p TakeoverParams) (Record, error)
 	// Heartbeat extends a held lease to now+lease. ErrFenced if not held.
 	Heartbeat(ctx context.Context, f Fence, lease time.Duration) (time.Time, error)
 	// Finish ends a held claim. With a non-nil q it runs inside the caller's

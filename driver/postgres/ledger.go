@@ -50,9 +50,12 @@ func scanRecord(s scanner, lead ...any) (driver.Record, error) {
 // The read of an existing row sees the statement's snapshot: if a racing
 // inserter committed after it was taken, no row comes back and the caller
 // tries again (ErrConflict).
-func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) (driver.Record, bool, error) {
+func (d *Driver) Claim(ctx context.Context, q driver.Querier, p driver.ClaimParams) (driver.Record, bool, error) {
+	if q == nil {
+		q = d.db
+	}
 	var created bool
-	row := d.db.QueryRowContext(ctx, clockCTE+`, ins AS (
+	row := q.QueryRowContext(ctx, clockCTE+`, ins AS (
 	INSERT INTO idem_keys (scope, key, fingerprint, state, attempt, lease_id, lease_until, retention_ms, tombstone_ms, created_at, updated_at)
 	SELECT $2, $3, $4, 'in_progress', 1, $5, c.now + $6`+msInterval+`, $7, $8, c.now, c.now FROM c
 	ON CONFLICT (scope, key) DO NOTHING
@@ -86,14 +89,17 @@ func (d *Driver) Get(ctx context.Context, scope, key string) (driver.Record, err
 
 // Takeover is a compare-and-swap on (state, attempt) that re-checks that the
 // record is free to take.
-func (d *Driver) Takeover(ctx context.Context, p driver.TakeoverParams) (driver.Record, error) {
+func (d *Driver) Takeover(ctx context.Context, q driver.Querier, p driver.TakeoverParams) (driver.Record, error) {
+	if q == nil {
+		q = d.db
+	}
 	var row *sql.Row
 	if p.Park {
-		row = d.db.QueryRowContext(ctx, clockCTE+`UPDATE idem_keys k SET state = 'parked', lease_until = c.now, updated_at = c.now
+		row = q.QueryRowContext(ctx, clockCTE+`UPDATE idem_keys k SET state = 'parked', lease_until = c.now, updated_at = c.now
 	FROM c WHERE k.scope = $2 AND k.key = $3 AND k.state = 'in_progress' AND k.attempt = $4 AND k.lease_until <= c.now
 	RETURNING `+cols("k.")+`, c.now`, d.clock(), p.Scope, p.Key, p.FromAttempt)
 	} else {
-		row = d.db.QueryRowContext(ctx, clockCTE+`UPDATE idem_keys k SET state = 'in_progress', attempt = k.attempt + 1,
+		row = q.QueryRowContext(ctx, clockCTE+`UPDATE idem_keys k SET state = 'in_progress', attempt = k.attempt + 1,
 	lease_id = $2, lease_until = c.now + $3`+msInterval+`, fingerprint = $4, retention_ms = $5, tombstone_ms = $6, updated_at = c.now,
 	completed_at = NULL, expires_at = NULL, tombstone_until = NULL, status = 0, meta = NULL, body = NULL
 	FROM c WHERE k.scope = $7 AND k.key = $8 AND k.state = $9 AND k.attempt = $10

@@ -52,9 +52,13 @@ func scanRecord(s scanner, now int64) (driver.Record, error) {
 // Claim inserts a new record or returns the existing one. The insert is one
 // autocommit statement on the writer; the read of an existing row uses the
 // read pool, so replays do not queue behind writers.
-func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) (driver.Record, bool, error) {
+func (d *Driver) Claim(ctx context.Context, q driver.Querier, p driver.ClaimParams) (driver.Record, bool, error) {
+	w, r := driver.Querier(d.w), driver.Querier(d.r)
+	if q != nil {
+		w, r = q, q
+	}
 	now := d.nowMS()
-	row := d.w.QueryRowContext(ctx, `INSERT INTO idem_keys
+	row := w.QueryRowContext(ctx, `INSERT INTO idem_keys
 	(scope, key, fingerprint, state, attempt, lease_id, lease_until, retention_ms, tombstone_ms, created_at, updated_at)
 	VALUES (?, ?, ?, 'in_progress', 1, ?, ?, ?, ?, ?, ?)
 	ON CONFLICT (scope, key) DO NOTHING
@@ -67,7 +71,7 @@ func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) (driver.Record
 	if !errors.Is(err, sql.ErrNoRows) {
 		return rec, false, fmt.Errorf("sqlite: claim: %w", err)
 	}
-	rec, err = d.get(ctx, d.r, p.Scope, p.Key)
+	rec, err = d.get(ctx, r, p.Scope, p.Key)
 	if errors.Is(err, driver.ErrNotFound) {
 		return rec, false, driver.ErrConflict // pruned between the two steps
 	}
@@ -99,15 +103,18 @@ const takeable = `(state = 'released'
 
 // Takeover is a compare-and-swap on (state, attempt) that also re-checks
 // that the record is free to take.
-func (d *Driver) Takeover(ctx context.Context, p driver.TakeoverParams) (driver.Record, error) {
+func (d *Driver) Takeover(ctx context.Context, q driver.Querier, p driver.TakeoverParams) (driver.Record, error) {
+	if q == nil {
+		q = d.w
+	}
 	now := d.nowMS()
 	var row *sql.Row
 	if p.Park {
-		row = d.w.QueryRowContext(ctx, `UPDATE idem_keys SET state = 'parked', lease_until = ?1, updated_at = ?1
+		row = q.QueryRowContext(ctx, `UPDATE idem_keys SET state = 'parked', lease_until = ?1, updated_at = ?1
 	WHERE scope = ?2 AND key = ?3 AND state = 'in_progress' AND attempt = ?4 AND lease_until <= ?1
 	RETURNING `+cols, now, p.Scope, p.Key, p.FromAttempt)
 	} else {
-		row = d.w.QueryRowContext(ctx, `UPDATE idem_keys SET state = 'in_progress', attempt = attempt + 1,
+		row = q.QueryRowContext(ctx, `UPDATE idem_keys SET state = 'in_progress', attempt = attempt + 1,
 	lease_id = ?2, lease_until = ?3, fingerprint = ?4, retention_ms = ?5, tombstone_ms = ?6, updated_at = ?1,
 	completed_at = NULL, expires_at = NULL, tombstone_until = NULL, status = 0, meta = NULL, body = NULL
 	WHERE scope = ?7 AND key = ?8 AND state = ?9 AND attempt = ?10 AND `+takeable+`
