@@ -71,15 +71,22 @@ func newFlagSet(name, usage string, stderr io.Writer) *flag.FlagSet {
 }
 
 // parseFlags parses args; done reports that the command should exit now
-// with code (0 after --help, 2 after a bad flag).
+// with code (0 after --help, which prints usage to stdout; 2 after a bad
+// flag, whose message the flag package already wrote to stderr).
 func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) (code int, done bool) {
-	err := fs.Parse(args)
-	if err == flag.ErrHelp {
-		fs.SetOutput(stdout)
-		fs.Usage()
-		return 0, true
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if a == "-h" || a == "-help" || a == "--help" || a == "--h" {
+			out := fs.Output()
+			fs.SetOutput(stdout)
+			fs.Usage()
+			fs.SetOutput(out)
+			return 0, true
+		}
 	}
-	if err != nil {
+	if err := fs.Parse(args); err != nil {
 		return 2, true
 	}
 	return 0, false

@@ -1,0 +1,43 @@
+package fingerprint
+
+import (
+	"errors"
+)
+
+// Canonicalize parses data as strict JSON, applies opts and returns the RFC
+// 8785 canonical form: no white space, object members sorted by the UTF-16
+// code units of their keys, numbers as ECMAScript prints them (1.0 is 1, 2e21
+// is 2e+21, -0 is 0) and strings with only '"', '\\' and U+0000 to U+001F
+// escaped.
+//
+// Input that is not strict JSON or has no canonical form is never repaired:
+// Canonicalize returns a *SyntaxError (see the package documentation for
+// what is rejected). An invalid Exclude pointer gives an error wrapping
+// ErrInvalidPointer.
+func Canonicalize(data []byte, opts ...Option) ([]byte, error) {
+	c := newConfig(opts)
+	ptrs := make([]pointer, 0, len(c.exclude))
+	for _, s := range c.exclude {
+		norm := (func(string) string)(nil)
+		if c.nfc {
+			norm = c.normalizeKey
+		}
+		p, err := parsePointer(s, norm)
+		if err != nil {
+			return nil, err
+		}
+		ptrs = append(ptrs, p)
+	}
+
+	v, err := parse(data)
+	if err == nil && c.changesTree() {
+		err = c.transform(&v, ptrs)
+	}
+	if err != nil {
+		if se, ok := errors.AsType[*SyntaxError](err); ok {
+			se.locate(data)
+		}
+		return nil, err
+	}
+	return appendCanonical(make([]byte, 0, len(data)), &v), nil
+}
