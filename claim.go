@@ -2,7 +2,9 @@ package idem
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -86,7 +88,7 @@ func (l *Ledger) claimObserved(ctx context.Context, q driver.Querier, op Op) (*C
 	} else if ce := (*ConflictError)(nil); errors.As(err, &ce) {
 		ev.Outcome, ev.Attempt = ce.Outcome, ce.Record.Attempt
 	}
-	l.observe(ev)
+	l.observe(ctx, ev)
 	return c, err
 }
 
@@ -220,9 +222,22 @@ func (l *Ledger) logOp(ctx context.Context, level slog.Level, msg string, op Op,
 	if !l.log.Enabled(ctx, level) {
 		return
 	}
+	key := op.Key
+	if l.hashKeys {
+		key = KeyHash(key)
+	}
 	base := []slog.Attr{
-		slog.String("scope", op.Scope), slog.String("key", op.Key),
+		slog.String("scope", op.Scope), slog.String("key", key),
 		slog.String("fingerprint", op.Fingerprint), slog.Int64("attempt", attempt),
 	}
 	l.log.LogAttrs(ctx, level, msg, append(base, attrs...)...)
+}
+
+// KeyHash is how a key appears in logs under Options.HashKeysInLogs:
+// "sha256:" and the first 16 hex digits of the key's SHA-256. It is stable,
+// so an operator who knows a key can find its lines (idem keys show prints
+// it); it is not a secret, and a short guessable key stays guessable.
+func KeyHash(key string) string {
+	h := sha256.Sum256([]byte(key))
+	return "sha256:" + hex.EncodeToString(h[:8])
 }

@@ -68,7 +68,7 @@ func (l *Ledger) Heartbeat(ctx context.Context, c *Claim) error {
 	}
 	until, err := l.drv.Heartbeat(ctx, c.fence(), c.Op.Lease)
 	if errors.Is(err, driver.ErrFenced) {
-		l.observe(Event{Kind: EventLeaseLost, Op: c.Op, Attempt: c.Token})
+		l.observe(ctx, Event{Kind: EventLeaseLost, Op: c.Op, Attempt: c.Token})
 		l.logOp(ctx, slog.LevelWarn, "lease lost at heartbeat", c.Op, c.Token)
 		return ErrLeaseLost
 	}
@@ -95,11 +95,11 @@ func (l *Ledger) finish(ctx context.Context, q driver.Querier, c *Claim, st Stat
 		Fence: c.fence(), State: driver.State(st), Status: r.Status, Meta: r.Meta, Body: r.Body,
 	})
 	if errors.Is(err, driver.ErrFenced) {
-		l.observe(Event{Kind: EventLeaseLost, Op: c.Op, Attempt: c.Token, State: st})
+		l.observe(ctx, Event{Kind: EventLeaseLost, Op: c.Op, Attempt: c.Token, State: st})
 		l.logOp(ctx, slog.LevelWarn, "lease lost at finish", c.Op, c.Token, slog.String("state", string(st)))
 		return ErrLeaseLost
 	}
-	l.observe(Event{Kind: EventFinish, Op: c.Op, Attempt: c.Token, State: st, Took: time.Since(start), Err: err})
+	l.observe(ctx, Event{Kind: EventFinish, Op: c.Op, Attempt: c.Token, State: st, Took: time.Since(start), Err: err})
 	if err != nil {
 		return fmt.Errorf("idem: finish %q as %s: %w", c.Op.Key, st, err)
 	}

@@ -69,6 +69,10 @@ type Options struct {
 	// Observer, when set, is told about every claim outcome and finish, for
 	// metrics. It must not block.
 	Observer Observer
+	// HashKeysInLogs logs KeyHash(key) instead of the key itself, for keys
+	// that carry personal data (an email, an order number a customer sees).
+	// Scope and fingerprint are logged as they are.
+	HashKeysInLogs bool
 }
 
 // Ledger is the claim ledger on one database. It is safe for concurrent
@@ -81,6 +85,7 @@ type Ledger struct {
 	stale     StalePolicy
 	reconcile Reconciler
 	log       *slog.Logger
+	hashKeys  bool
 	obs       Observer
 }
 
@@ -141,6 +146,7 @@ func New(drv driver.Driver, opts *Options) (*Ledger, error) {
 		stale:     cmp.Or(o.Stale, Redo),
 		reconcile: o.Reconciler,
 		log:       cmp.Or(o.Logger, slog.Default()),
+		hashKeys:  o.HashKeysInLogs,
 		obs:       o.Observer,
 	}
 	if l.tombstone < 0 {

@@ -1,6 +1,9 @@
 package idem
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // EventKind names what an Event reports.
 type EventKind string
@@ -12,11 +15,15 @@ const (
 	EventLeaseLost EventKind = "lease_lost" // a fenced write was refused
 	EventReconcile EventKind = "reconcile"  // a Reconciler answered Verdict
 	EventPrune     EventKind = "prune"      // a prune batch ran
+	EventResolve   EventKind = "resolve"    // an operator resolved a record (State, or Err)
 )
 
 // Event is one thing the ledger did, for metrics and tracing.
 type Event struct {
-	Kind    EventKind
+	Kind EventKind
+	// Ctx is the operation's context, so a tracer can parent its span.
+	// Observers must not keep it past the call.
+	Ctx     context.Context
 	Op      Op
 	Outcome Outcome
 	State   State
@@ -32,8 +39,25 @@ type Event struct {
 // operation's goroutine and must not block.
 type Observer func(Event)
 
-func (l *Ledger) observe(e Event) {
+func (l *Ledger) observe(ctx context.Context, e Event) {
 	if l.obs != nil {
+		e.Ctx = ctx
 		l.obs(e)
+	}
+}
+
+// Observers combines observers (metrics and tracing, say) into one that
+// calls each in order. Nil entries are skipped.
+func Observers(obs ...Observer) Observer {
+	var list []Observer
+	for _, o := range obs {
+		if o != nil {
+			list = append(list, o)
+		}
+	}
+	return func(e Event) {
+		for _, o := range list {
+			o(e)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/idemdev/idem/driver"
 )
@@ -63,6 +64,14 @@ type Resolution struct {
 // in-progress one whose lease ended. An in-progress record under a live
 // lease is refused with ErrLiveLease unless r.Force.
 func (l *Ledger) Resolve(ctx context.Context, scope, key string, r Resolution) (Record, error) {
+	start := time.Now()
+	rec, err := l.resolve(ctx, scope, key, r)
+	l.observe(ctx, Event{Kind: EventResolve, Op: Op{Scope: scope, Key: key, Fingerprint: rec.Fingerprint},
+		State: r.As, Attempt: rec.Attempt, Took: time.Since(start), Err: err})
+	return rec, err
+}
+
+func (l *Ledger) resolve(ctx context.Context, scope, key string, r Resolution) (Record, error) {
 	switch r.As {
 	case StateSucceeded, StateFailed, StateReleased:
 	default:

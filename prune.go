@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"time"
 )
 
 // PruneOptions bounds a Prune. Nil means defaults.
@@ -39,6 +40,7 @@ func (l *Ledger) Prune(ctx context.Context, opts *PruneOptions) (PruneStats, err
 		if err := ctx.Err(); err != nil {
 			return st, err
 		}
+		start := time.Now()
 		r, err := l.drv.Prune(ctx, size)
 		if err != nil {
 			return st, fmt.Errorf("idem: prune: %w", err)
@@ -46,7 +48,7 @@ func (l *Ledger) Prune(ctx context.Context, opts *PruneOptions) (PruneStats, err
 		st.Batches++
 		st.Tombstoned += r.Tombstoned
 		st.Deleted += r.Deleted
-		l.observe(Event{Kind: EventPrune, Tombstoned: r.Tombstoned, Deleted: r.Deleted})
+		l.observe(ctx, Event{Kind: EventPrune, Tombstoned: r.Tombstoned, Deleted: r.Deleted, Took: time.Since(start)})
 		if o.Progress != nil {
 			o.Progress(st)
 		}

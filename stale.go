@@ -80,7 +80,7 @@ type Reconciler func(ctx context.Context, rec Record) (Verdict, Result, error)
 // answer with the new token.
 func (l *Ledger) reconcileStale(ctx context.Context, q driver.Querier, c *Claim) (*Claim, error) {
 	v, res, err := l.reconcile(ctx, c.Record)
-	l.observe(Event{Kind: EventReconcile, Op: c.Op, Attempt: c.Token, Verdict: v, Err: err})
+	l.observe(ctx, Event{Kind: EventReconcile, Op: c.Op, Attempt: c.Token, Verdict: v, Err: err})
 	if err != nil {
 		return nil, fmt.Errorf("idem: reconcile %q: %w", c.Op.Key, err)
 	}
@@ -97,6 +97,8 @@ func (l *Ledger) reconcileStale(ctx context.Context, q driver.Querier, c *Claim)
 			return nil, err
 		}
 		res.Replayed = true
+		// The record as stored now: Do tells a stored failure by its state.
+		c.Record.State, c.Record.Result = st, Result{Status: res.Status, Meta: res.Meta, Body: res.Body}
 		return &Claim{Outcome: Replay, Op: c.Op, Record: c.Record, Result: res}, nil
 	default:
 		if err := l.finish(ctx, q, c, StateParked, Result{}); err != nil {

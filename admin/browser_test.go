@@ -1,0 +1,195 @@
+package admin_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/admin"
+)
+
+const chromiumPath = "/usr/bin/chromium"
+
+// browser starts a fresh headless Chromium for one test and returns its
+// context. It skips the test when Chromium is missing, unless
+// IDEM_REQUIRE_BROWSER=1. Any JavaScript dialog (an alert smuggled in
+// through a key) fails the test.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	if _, err := os.Stat(chromiumPath); err != nil {
+		if os.Getenv("IDEM_REQUIRE_BROWSER") == "1" {
+			t.Fatalf("%s not found and IDEM_REQUIRE_BROWSER=1: %v", chromiumPath, err)
+		}
+		t.Skipf("%s not found (apt-get install chromium); skipping the browser test (IDEM_REQUIRE_BROWSER=1 fails instead)", chromiumPath)
+	}
+	var mu sync.Mutex
+	var opened []string
+	t.Cleanup(func() { // runs last, after the browser is gone
+		mu.Lock()
+		defer mu.Unlock()
+		for _, m := range opened {
+			t.Errorf("a JavaScript dialog opened: %q", m)
+		}
+	})
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromiumPath),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 1600),
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	t.Cleanup(cancel)
+	ctx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	t.Cleanup(cancelAlloc)
+	ctx, cancelTab := chromedp.NewContext(ctx)
+	t.Cleanup(cancelTab)
+	if err := chromedp.Do(ctx); err != nil { // start the browser now, to fail early
+		t.Fatalf("starting %s: %v", chromiumPath, err)
+	}
+	dialogs := chromedp.Events(ctx, page.JavascriptDialogOpening)
+	go func() {
+		for ev, err := range dialogs {
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			opened = append(opened, ev.Message)
+			mu.Unlock()
+			chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: false})
+		}
+	}()
+	return ctx
+}
+
+// screenshot saves the page to $IDEM_ADMIN_SCREENSHOT_DIR, when set, for a
+// human to look at.
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	dir := os.Getenv("IDEM_ADMIN_SCREENSHOT_DIR")
+	if dir == "" {
+		return
+	}
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Logf("screenshot: %v", err)
+		return
+	}
+	os.WriteFile(dir+"/"+name+".png", png, 0o644)
+}
+
+func TestBrowserShowsThePageAndReconciles(t *testing.T) {
+	ctx := browser(t)
+	f := seed(t)
+	srv := serve(t, f, &admin.Options{Write: true})
+
+	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(chromedp.ID("totals"))); err != nil {
+		t.Fatal(err)
+	}
+	text := func(id string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID(id)))
+		if err != nil {
+			t.Fatalf("#%s: %v", id, err)
+		}
+		return strings.TrimSpace(v)
+	}
+	parked, stale, dups, mismatches, parkedList := text("count-parked"), text("count-stale"), text("total-duplicates"), text("total-mismatches"), text("parked")
+	lines, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#chart polyline").length`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	screenshot(t, ctx, "admin-before")
+	if parked != "2" || stale != "1" || dups != "1" || mismatches != "1" {
+		t.Errorf("numbers: parked %q stale %q duplicates %q mismatches %q", parked, stale, dups, mismatches)
+	}
+	if !strings.Contains(parkedList, "parked-1") || !strings.Contains(parkedList, hostileKey) {
+		t.Errorf("parked list (the hostile key must show as text):\n%s", parkedList)
+	}
+	if lines != 3 {
+		t.Errorf("chart has %d lines, want 3", lines)
+	}
+
+	// Resolve parked-1 as succeeded through its row's form.
+	row := `//tr[contains(@class,"record-row")][.//code[text()="parked-1"]]`
+	err = chromedp.Do(ctx,
+		chromedp.Click(row+`//summary`),
+		chromedp.WaitVisible(row+`//select[@name="as"]`),
+		chromedp.SetValue(row+`//select[@name="as"]`, "succeeded"),
+		chromedp.SendKeys(row+`//input[@name="status"]`, "201"),
+		chromedp.SendKeys(row+`//textarea[@name="body"]`, `{"id":"ch_browser"}`),
+		chromedp.Click(row+`//button[@type="submit"]`),
+		chromedp.WaitVisible(chromedp.ID("resolved")),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	state, status, body := text("record-state"), text("record-status"), text("record-body")
+	screenshot(t, ctx, "admin-after")
+	if state != "succeeded" || status != "201" || body != `{"id":"ch_browser"}` {
+		t.Errorf("page after reconcile: state %q status %q body %q", state, status, body)
+	}
+	r, err := f.l.Get(context.Background(), "", "parked-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.State != idem.StateSucceeded || r.Result.Status != 201 || string(r.Result.Body) != `{"id":"ch_browser"}` {
+		t.Errorf("record after reconcile: %s %d %q", r.State, r.Result.Status, r.Result.Body)
+	}
+
+	left := text("count-parked")
+	if left != "1" {
+		t.Errorf("parked after reconcile: %q, want 1", left)
+	}
+}
+
+func TestBrowserLogsInWithTheToken(t *testing.T) {
+	ctx := browser(t)
+	f := seed(t)
+	const token = "browser-token-0123456789"
+	srv := serve(t, f, &admin.Options{Token: token})
+
+	err := chromedp.Do(ctx,
+		chromedp.Navigate(srv.URL+"/"),
+		chromedp.WaitVisible(chromedp.ID("token")), // redirected to /login
+		chromedp.SendKeys(chromedp.ID("token"), "not-the-token"),
+		chromedp.Click(chromedp.ID("login")),
+		chromedp.WaitVisible(chromedp.ID("login-error")),
+		chromedp.SendKeys(chromedp.ID("token"), token),
+		chromedp.Click(chromedp.ID("login")),
+		chromedp.WaitVisible(chromedp.ID("totals")),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loc, err := chromedp.Run(ctx, chromedp.Location())
+	if err != nil {
+		t.Fatal(err)
+	}
+	parked, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("count-parked")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// HttpOnly: the session cookie is invisible to scripts.
+	failed, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.cookie.includes("idem_admin")`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if loc != srv.URL+"/" || parked != "2" {
+		t.Errorf("after login: at %s, parked %q", loc, parked)
+	}
+	if failed {
+		t.Error("the session cookie is readable from JavaScript")
+	}
+}

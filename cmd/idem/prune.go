@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/idemdev/idem"
+)
+
+const pruneUsage = "idem prune [--db URL] [--dry-run] [--batch N] [--max-batches N] [--json]"
+
+func init() {
+	register(command{
+		name:    "prune",
+		usage:   pruneUsage,
+		summary: "run the retention sweep: drop expired results, delete old tombstones",
+		run:     runPrune,
+	})
+}
+
+type pruneJSON struct {
+	DryRun     bool `json:"dry_run"`
+	Tombstoned int  `json:"tombstoned"`
+	Deleted    int  `json:"deleted"`
+	Batches    int  `json:"batches"`
+	Complete   bool `json:"complete"` // false when stopped by --max-batches, an error or a signal
+	// What --max-batches left for the next run, when it stopped the sweep.
+	LeftTombstone *int `json:"left_to_tombstone,omitempty"`
+	LeftDelete    *int `json:"left_to_delete,omitempty"`
+}
+
+func runPrune(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := newFlagSet("prune", pruneUsage, stderr)
+	setUsage(fs, pruneUsage, `
+Runs the retention sweep in bounded batches, each its own short write, and
+prints a progress line per batch on stderr:
+
+  - a completed record past its retention loses its stored result and
+    becomes a tombstone (a late retry is then refused as expired, not run);
+  - a tombstone past its window, and a long-released key, is deleted.
+
+In-progress and parked records, and records still replayed, are never
+touched. Each record keeps the retention it was claimed with. Safe to run
+from several hosts at once, and to interrupt (Ctrl-C stops after the
+current batch). --dry-run counts what a sweep would change now, writing
+nothing.`)
+	db := fs.String("db", defaultDB(), "database URL (env IDEM_DB)")
+	dry := fs.Bool("dry-run", false, "count what would change; write nothing")
+	batch := fs.Int("batch", 1000, "change at most `N` rows of each kind per batch (1…100000)")
+	maxBatches := fs.Int("max-batches", 0, "stop after `N` batches (0: until done)")
+	asJSON := fs.Bool("json", false, "print the totals as JSON")
+	logf := addLogFlags(fs, "info")
+	pos, code, done := parseArgs(fs, args, stdout)
+	if done {
+		return code
+	}
+	if len(pos) > 0 {
+		return usageError(fs, stderr, "unexpected argument %q", pos[0])
+	}
+	if *batch < 1 || *batch > 100000 {
+		return usageError(fs, stderr, "--batch %d: want 1…100000", *batch)
+	}
+	if *maxBatches < 0 {
+		return usageError(fs, stderr, "--max-batches %d: want 0 or more", *maxBatches)
+	}
+	log, err := logf.logger(stderr)
+	if err != nil {
+		return usageError(fs, stderr, "%v", err)
+	}
+	l, err := openLedger(ctx, *db, &idem.Options{Logger: log, HashKeysInLogs: logf.hashKeys})
+	if err != nil {
+		fmt.Fprintln(stderr, "idem prune:", err)
+		return 1
+	}
+	defer l.Close()
+
+	if *dry {
+		st, err := l.PruneCount(ctx)
+		if err != nil {
+			fmt.Fprintln(stderr, "idem prune:", err)
+			return 1
+		}
+		if *asJSON {
+			writeJSON(stdout, pruneJSON{DryRun: true, Tombstoned: st.Tombstoned, Deleted: st.Deleted, Complete: true})
+		} else {
+			fmt.Fprintf(stdout, "dry run: would tombstone %d and delete %d (nothing written)\n", st.Tombstoned, st.Deleted)
+		}
+		return 0
+	}
+
+	st, err := l.Prune(ctx, &idem.PruneOptions{
+		BatchSize:  *batch,
+		MaxBatches: *maxBatches,
+		Progress: func(s idem.PruneStats) {
+			fmt.Fprintf(stderr, "idem prune: batch %d: %d tombstoned, %d deleted so far\n", s.Batches, s.Tombstoned, s.Deleted)
+		},
+	})
+	out := pruneJSON{Tombstoned: st.Tombstoned, Deleted: st.Deleted, Batches: st.Batches, Complete: err == nil}
+	if err == nil && *maxBatches > 0 && st.Batches == *maxBatches {
+		// Stopped by --max-batches: say what is left, if it can be counted.
+		if left, cerr := l.PruneCount(ctx); cerr == nil {
+			out.Complete = left.Tombstoned == 0 && left.Deleted == 0
+			out.LeftTombstone, out.LeftDelete = &left.Tombstoned, &left.Deleted
+		} else {
+			out.Complete = false
+		}
+	}
+	if *asJSON {
+		writeJSON(stdout, out)
+	} else {
+		fmt.Fprintf(stdout, "pruned: %d tombstoned, %d deleted in %d batches\n", st.Tombstoned, st.Deleted, st.Batches)
+		switch {
+		case out.LeftTombstone != nil && !out.Complete:
+			fmt.Fprintf(stdout, "stopped at --max-batches: %d to tombstone and %d to delete remain; run again to continue\n", *out.LeftTombstone, *out.LeftDelete)
+		case !out.Complete:
+			fmt.Fprintln(stdout, "stopped before the end; run again to continue")
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "idem prune:", err)
+		return 1
+	}
+	return 0
+}

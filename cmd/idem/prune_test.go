@@ -1,0 +1,70 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/idemdev/idem"
+)
+
+func TestPruneDryRunThenPrune(t *testing.T) {
+	t.Parallel()
+	s := opSeed(t)
+
+	r := opRun(t, "", "prune", "--db", s.url, "--dry-run").must(t, 0)
+	if strings.TrimSpace(r.stdout) != "dry run: would tombstone 2 and delete 1 (nothing written)" {
+		t.Errorf("dry run: %q", r.stdout)
+	}
+	if rec, err := s.get(t, "", "gone-1"); err != nil || rec.State != idem.StateSucceeded {
+		t.Fatalf("the dry run wrote: %+v %v", rec, err)
+	}
+
+	r = opRun(t, "", "prune", "--db", s.url, "--batch", "1", "--json").must(t, 0)
+	var got pruneJSON
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+		t.Fatalf("%v: %s", err, r.stdout)
+	}
+	if got.Tombstoned != 2 || got.Deleted != 1 || !got.Complete || got.Batches < 2 {
+		t.Errorf("prune: %+v", got)
+	}
+	if n := strings.Count(r.stderr, "idem prune: batch "); n != got.Batches {
+		t.Errorf("%d progress lines for %d batches:\n%s", n, got.Batches, r.stderr)
+	}
+	if rec, _ := s.get(t, "", "expired-1"); rec.State != idem.StateTombstone || rec.Result.Body != nil {
+		t.Errorf("expired-1 after prune: %+v", rec)
+	}
+	if _, err := s.get(t, "", "gone-1"); !errors.Is(err, idem.ErrNotFound) {
+		t.Errorf("gone-1 after prune: %v", err)
+	}
+	for _, key := range []string{"parked-1", "stale-1", "live-1", "binary-1"} {
+		if _, err := s.get(t, "", key); err != nil {
+			t.Errorf("prune touched %s: %v", key, err)
+		}
+	}
+	r = opRun(t, "", "prune", "--db", s.url).must(t, 0)
+	if !strings.HasPrefix(r.stdout, "pruned: 0 tombstoned, 0 deleted in 1 batches") {
+		t.Errorf("second prune: %q", r.stdout)
+	}
+}
+
+func TestPruneStopsAtMaxBatchesAndSaysWhatIsLeft(t *testing.T) {
+	t.Parallel()
+	s := opSeed(t)
+	r := opRun(t, "", "prune", "--db", s.url, "--batch", "1", "--max-batches", "1").must(t, 0)
+	if !strings.Contains(r.stdout, "pruned: 1 tombstoned") || !strings.Contains(r.stdout, "in 1 batches") ||
+		!strings.Contains(r.stdout, "1 to tombstone and") || !strings.Contains(r.stdout, "remain; run again") {
+		t.Errorf("stdout:\n%s", r.stdout)
+	}
+}
+
+func TestPruneRefusesBadInput(t *testing.T) {
+	t.Parallel()
+	s := opSeed(t)
+	for _, args := range [][]string{{"--batch", "0"}, {"--max-batches", "-1"}, {"now"}, {"--log-format", "xml"}} {
+		if r := opRun(t, "", append([]string{"prune", "--db", s.url}, args...)...); r.code != 2 {
+			t.Errorf("%v: exit %d, stderr %s", args, r.code, r.stderr)
+		}
+	}
+}

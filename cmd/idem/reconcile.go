@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/idemdev/idem"
+)
+
+const reconcileUsage = "idem reconcile [--db URL] --as succeeded|failed|release [--result FILE] [--status N] [--force] [--json] SCOPE KEY"
+
+// maxResultFile bounds --result: a stored result is replayed to every
+// retry, so it should be what the operation returned, not a dump.
+const maxResultFile = 16 << 20
+
+func init() {
+	register(command{
+		name:    "reconcile",
+		usage:   reconcileUsage,
+		summary: "resolve a parked or stale claim: record it as succeeded or failed, or release it",
+		run:     runReconcile,
+	})
+}
+
+func runReconcile(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := newFlagSet("reconcile", reconcileUsage, stderr)
+	setUsage(fs, reconcileUsage, `
+Applies an operator's decision to a claim whose outcome idem does not know:
+a parked record, or an in-progress one whose lease has ended. Find out
+downstream (by the key, which idem forwarded) what happened, then:
+
+  --as succeeded   it happened: store --status and --result; retries replay them
+  --as failed      it ran and failed for good: stored and replayed likewise
+  --as release     it certainly did not happen: the next claim runs it again
+
+A record in progress under a live lease is refused (exit 1): its holder may
+still be working. --force resolves it anyway and fences the holder out (its
+own completion fails with a lost lease); use it only when you know the
+holder is gone. Completed records are never changed.
+
+  idem keys list --state parked
+  idem reconcile acct-1 order-42 --as succeeded --status 201 --result charge.json
+  idem reconcile "" nightly-2030-01-02 --as release`)
+	db := fs.String("db", defaultDB(), "database URL (env IDEM_DB)")
+	as := fs.String("as", "", "the decision: succeeded, failed or release (required)")
+	resultFile := fs.String("result", "", "store the contents of `FILE` (- for stdin, at most 16 MiB) as the result body")
+	status := fs.Int("status", 0, "store status `N` with the result (HTTP faces replay it: give the upstream's status)")
+	force := fs.Bool("force", false, "resolve even under a live lease, fencing its holder out")
+	asJSON := fs.Bool("json", false, "print the resolved record as JSON")
+	logf := addLogFlags(fs, "info")
+	pos, code, done := parseArgs(fs, args, stdout)
+	if done {
+		return code
+	}
+	if len(pos) != 2 {
+		return usageError(fs, stderr, "want SCOPE and KEY (an empty scope is \"\"), got %d arguments", len(pos))
+	}
+	var st idem.State
+	switch *as {
+	case "succeeded", "success", "done":
+		st = idem.StateSucceeded
+	case "failed", "fail":
+		st = idem.StateFailed
+	case "release", "released", "not_done":
+		st = idem.StateReleased
+	case "":
+		return usageError(fs, stderr, "--as is required: succeeded, failed or release")
+	default:
+		return usageError(fs, stderr, "--as %q: want succeeded, failed or release", *as)
+	}
+	if st == idem.StateReleased && (*resultFile != "" || *status != 0) {
+		return usageError(fs, stderr, "--as release stores no result; drop --result and --status")
+	}
+	if *status < 0 || *status > 999 {
+		return usageError(fs, stderr, "--status %d: want 0…999", *status)
+	}
+	log, err := logf.logger(stderr)
+	if err != nil {
+		return usageError(fs, stderr, "%v", err)
+	}
+	var body []byte
+	if *resultFile != "" {
+		body, err = readResult(*resultFile, stdin)
+		if err != nil {
+			fmt.Fprintln(stderr, "idem reconcile:", err)
+			return 2
+		}
+	}
+
+	l, err := openLedger(ctx, *db, &idem.Options{Logger: log, HashKeysInLogs: logf.hashKeys})
+	if err != nil {
+		fmt.Fprintln(stderr, "idem reconcile:", err)
+		return 1
+	}
+	defer l.Close()
+	scope, key := pos[0], pos[1]
+	rec, err := l.Resolve(ctx, scope, key, idem.Resolution{As: st, Result: idem.Result{Status: *status, Body: body}, Force: *force})
+	switch {
+	case errors.Is(err, idem.ErrNotFound):
+		fmt.Fprintf(stderr, "idem reconcile: no record for scope %s key %s\n", printable(scope), printable(key))
+		return 1
+	case errors.Is(err, idem.ErrLiveLease):
+		fmt.Fprintf(stderr, "idem reconcile: refused: scope %s key %s is in progress under a live lease until %s (%s, attempt %d); its holder may still be working. Wait for the lease to end, or pass --force if you know the holder is gone.\n",
+			printable(scope), printable(key), timeText(rec.LeaseUntil), ago(rec.LeaseUntil, rec.Now), rec.Attempt)
+		return 1
+	case err != nil && rec.State != "":
+		fmt.Fprintf(stderr, "idem reconcile: refused: scope %s key %s is %s, not parked or in progress; only unknown outcomes are reconciled\n",
+			printable(scope), printable(key), rec.State)
+		return 1
+	case err != nil:
+		fmt.Fprintln(stderr, "idem reconcile:", err)
+		return 1
+	}
+	logKey := key
+	if logf.hashKeys {
+		logKey = idem.KeyHash(key)
+	}
+	log.InfoContext(ctx, "operator resolved a claim", "scope", scope, "key", logKey, "fingerprint", rec.Fingerprint,
+		"attempt", rec.Attempt, "as", string(st), "status", *status, "body_bytes", len(body), "force", *force)
+	if *asJSON {
+		err = writeJSON(stdout, toJSON(rec, true, 512))
+	} else {
+		fmt.Fprintf(stdout, "resolved scope %s key %s as %s\n\n", printable(scope), printable(key), st)
+		err = printRecord(stdout, rec, 512)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "idem reconcile:", err)
+		return 1
+	}
+	return 0
+}
+
+// readResult reads the --result file (or stdin for "-"), refusing more
+// than maxResultFile bytes.
+func readResult(name string, stdin io.Reader) ([]byte, error) {
+	in := stdin
+	if name != "-" {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, fmt.Errorf("--result: %w", err)
+		}
+		defer f.Close()
+		in = f
+	}
+	b, err := io.ReadAll(io.LimitReader(in, maxResultFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("--result %s: %w", name, err)
+	}
+	if len(b) > maxResultFile {
+		return nil, fmt.Errorf("--result %s: larger than %d MiB", name, maxResultFile>>20)
+	}
+	return b, nil
+}

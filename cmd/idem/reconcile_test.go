@@ -1,0 +1,100 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/idemdev/idem"
+)
+
+func TestReconcileParkedAsSucceeded(t *testing.T) {
+	t.Parallel()
+	s := opSeed(t)
+	file := filepath.Join(t.TempDir(), "charge.json")
+	if err := os.WriteFile(file, []byte(`{"id":"ch_9"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := opRun(t, "", "reconcile", "--db", s.url, "", "parked-1", "--as", "succeeded", "--status", "201", "--result", file).must(t, 0)
+	if !strings.Contains(r.stdout, "resolved scope \"\" key parked-1 as succeeded") || !strings.Contains(r.stdout, `{"id":"ch_9"}`) {
+		t.Errorf("stdout:\n%s", r.stdout)
+	}
+	if !strings.Contains(r.stderr, "operator resolved a claim") || !strings.Contains(r.stderr, "key=parked-1") {
+		t.Errorf("no audit line on stderr: %s", r.stderr)
+	}
+	rec, err := s.get(t, "", "parked-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.State != idem.StateSucceeded || rec.Result.Status != 201 || string(rec.Result.Body) != `{"id":"ch_9"}` || rec.Fingerprint != "fp-parked" {
+		t.Errorf("record after reconcile: %+v", rec)
+	}
+	// Done is done: a second decision is refused.
+	r = opRun(t, "", "reconcile", "--db", s.url, "", "parked-1", "--as", "release").must(t, 1)
+	if !strings.Contains(r.stderr, "is succeeded, not parked or in progress") {
+		t.Errorf("second reconcile: %s", r.stderr)
+	}
+}
+
+func TestReconcileRefusesALiveLeaseUnlessForced(t *testing.T) {
+	t.Parallel()
+	s := opSeed(t)
+	r := opRun(t, "", "reconcile", "--db", s.url, "", "live-1", "--as", "release").must(t, 1)
+	if !strings.Contains(r.stderr, "refused") || !strings.Contains(r.stderr, "live lease") || !strings.Contains(r.stderr, "--force") || r.stdout != "" {
+		t.Errorf("stdout %q stderr %q", r.stdout, r.stderr)
+	}
+	if rec, _ := s.get(t, "", "live-1"); rec.State != idem.StateInProgress {
+		t.Fatalf("refused reconcile changed the record: %s", rec.State)
+	}
+	r = opRun(t, "", "reconcile", "--db", s.url, "", "live-1", "--as", "release", "--force", "--json").must(t, 0)
+	var rec recordJSON
+	if err := json.Unmarshal([]byte(r.stdout), &rec); err != nil || rec.State != idem.StateReleased {
+		t.Errorf("forced: %v %+v", err, rec)
+	}
+}
+
+func TestReconcileStaleFromStdinWithHashedLogs(t *testing.T) {
+	t.Parallel()
+	s := opSeed(t)
+	r := opRun(t, "declined by provider", "reconcile", "--db", s.url, "--hash-keys", "--log-format", "json",
+		"--as", "failed", "--status", "402", "--result", "-", "", "stale-1").must(t, 0)
+	if strings.Contains(r.stderr, "stale-1") || !strings.Contains(r.stderr, idem.KeyHash("stale-1")) {
+		t.Errorf("--hash-keys: the key leaked or its hash is missing: %s", r.stderr)
+	}
+	var line map[string]any
+	if err := json.Unmarshal([]byte(strings.TrimSpace(r.stderr)), &line); err != nil || line["as"] != "failed" {
+		t.Errorf("--log-format json: %v %s", err, r.stderr)
+	}
+	rec, _ := s.get(t, "", "stale-1")
+	if rec.State != idem.StateFailed || string(rec.Result.Body) != "declined by provider" || rec.Result.Status != 402 {
+		t.Errorf("record: %+v", rec)
+	}
+}
+
+func TestReconcileRefusesBadInput(t *testing.T) {
+	t.Parallel()
+	s := opSeed(t)
+	for _, c := range []struct {
+		args []string
+		code int
+		has  string
+	}{
+		{[]string{"", "parked-1"}, 2, "--as is required"},
+		{[]string{"", "parked-1", "--as", "maybe"}, 2, `--as "maybe"`},
+		{[]string{"", "parked-1", "--as", "release", "--status", "200"}, 2, "stores no result"},
+		{[]string{"parked-1", "--as", "release"}, 2, "want SCOPE and KEY"},
+		{[]string{"", "parked-1", "--as", "succeeded", "--result", "/no/such/file"}, 2, "--result"},
+		{[]string{"", "parked-1", "--as", "succeeded", "--log-level", "loud"}, 2, "--log-level"},
+		{[]string{"", "nobody", "--as", "release"}, 1, "no record for scope \"\" key nobody"},
+	} {
+		r := opRun(t, "", append([]string{"reconcile", "--db", s.url}, c.args...)...)
+		if r.code != c.code || !strings.Contains(r.stderr, c.has) {
+			t.Errorf("%v: exit %d (want %d), stderr %q (want %q)", c.args, r.code, c.code, r.stderr, c.has)
+		}
+	}
+	if rec, _ := s.get(t, "", "parked-1"); rec.State != idem.StateParked {
+		t.Errorf("a refused command changed the record: %s", rec.State)
+	}
+}

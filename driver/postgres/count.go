@@ -1,0 +1,42 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/idemdev/idem/driver"
+)
+
+var _ driver.Counter = (*Driver)(nil)
+
+// CountOpen counts in one statement. In-progress and stale counts use the
+// partial index on lease_until; parked has no index and scans, stopped
+// early by limit (LIMIT NULL is no limit).
+func (d *Driver) CountOpen(ctx context.Context, limit int) (driver.OpenCounts, error) {
+	lim := sql.NullInt64{Int64: int64(limit), Valid: limit > 0}
+	var c driver.OpenCounts
+	err := d.db.QueryRowContext(ctx, clockCTE+`SELECT
+	(SELECT count(*) FROM (SELECT 1 FROM idem_keys WHERE state = 'in_progress' LIMIT $2::bigint) s),
+	(SELECT count(*) FROM (SELECT 1 FROM idem_keys, c WHERE state = 'in_progress' AND lease_until <= c.now LIMIT $2::bigint) s),
+	(SELECT count(*) FROM (SELECT 1 FROM idem_keys WHERE state = 'parked' LIMIT $2::bigint) s)`,
+		d.clock(), lim).Scan(&c.InProgress, &c.Stale, &c.Parked)
+	if err != nil {
+		return c, fmt.Errorf("postgres: count: %w", err)
+	}
+	return c, nil
+}
+
+// CountPrunable mirrors the predicates of Prune.
+func (d *Driver) CountPrunable(ctx context.Context) (driver.PruneResult, error) {
+	var r driver.PruneResult
+	err := d.db.QueryRowContext(ctx, clockCTE+`SELECT
+	(SELECT count(*) FROM idem_keys, c WHERE state IN ('succeeded', 'failed') AND expires_at <= c.now),
+	(SELECT count(*) FROM idem_keys, c WHERE (state IN ('succeeded', 'failed', 'tombstone') AND tombstone_until <= c.now)
+		OR (state = 'released' AND updated_at + retention_ms`+msInterval+` <= c.now))`,
+		d.clock()).Scan(&r.Tombstoned, &r.Deleted)
+	if err != nil {
+		return r, fmt.Errorf("postgres: count prunable: %w", err)
+	}
+	return r, nil
+}

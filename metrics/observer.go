@@ -1,0 +1,110 @@
+package metrics
+
+import (
+	"errors"
+
+	"github.com/idemdev/idem"
+)
+
+// Observer returns the idem.Observer to pass as idem.Options.Observer for
+// a ledger used directly by application code (face "library").
+func (c *Collector) Observer() idem.Observer { return c.FaceObserver(FaceLibrary) }
+
+// FaceObserver returns an idem.Observer whose series carry the given face
+// label: the HTTP middleware passes FaceHTTP, the gateway FaceGateway, and
+// so on, each for the ledger it opens. Keep the set of faces small: it is a
+// label value.
+func (c *Collector) FaceObserver(face string) idem.Observer {
+	return func(e idem.Event) { c.observe(face, e) }
+}
+
+func (c *Collector) observe(face string, e idem.Event) {
+	switch e.Kind {
+	case idem.EventClaim:
+		c.claimed(face, e)
+	case idem.EventFinish:
+		if e.Err != nil {
+			c.errors.WithLabelValues(face, "finish").Inc()
+			return
+		}
+		st := string(e.State)
+		c.finishes.WithLabelValues(face, st).Inc()
+		c.completeSeconds.WithLabelValues(face, st).Observe(e.Took.Seconds())
+	case idem.EventLeaseLost:
+		c.leasesLost.WithLabelValues(face).Inc()
+		c.totals.leasesLost.Add(1)
+		c.history.add(func(s *Sample) { s.LeasesLost++ })
+	case idem.EventReconcile:
+		verdict := e.Verdict.String()
+		if e.Err != nil {
+			verdict = "error"
+		}
+		c.reconciled(face, "reconciler", verdict)
+	case idem.EventResolve:
+		if e.Err != nil {
+			c.errors.WithLabelValues(face, "resolve").Inc()
+			return
+		}
+		c.reconciled(face, "operator", resolveVerdict(e.State))
+	case idem.EventPrune:
+		c.pruneBatches.Inc()
+		c.pruneTombstoned.Add(float64(e.Tombstoned))
+		c.pruneDeleted.Add(float64(e.Deleted))
+		c.totals.tombstoned.Add(int64(e.Tombstoned))
+		c.totals.deleted.Add(int64(e.Deleted))
+	}
+}
+
+func (c *Collector) claimed(face string, e idem.Event) {
+	outcome := e.Outcome.String()
+	if e.Err != nil {
+		// A *ConflictError (expired) still reports its outcome; anything
+		// else is an error: the claim may or may not have been taken.
+		if ce := (*idem.ConflictError)(nil); !errors.As(e.Err, &ce) {
+			outcome = "error"
+			c.errors.WithLabelValues(face, "claim").Inc()
+		}
+	}
+	c.claims.WithLabelValues(face, outcome).Inc()
+	c.claimSeconds.WithLabelValues(face, outcome).Observe(e.Took.Seconds())
+	c.totals.claim(outcome)
+	switch e.Outcome {
+	case idem.Replay, idem.InFlight:
+		if e.Err == nil {
+			c.duplicates.WithLabelValues(face).Inc()
+			c.totals.duplicates.Add(1)
+			c.history.add(func(s *Sample) { s.DuplicatesPrevented++ })
+		}
+	case idem.Mismatch:
+		c.totals.mismatches.Add(1)
+		c.history.add(func(s *Sample) { s.Mismatches++ })
+	case idem.Reclaimed:
+		c.totals.reclaims.Add(1)
+		c.history.add(func(s *Sample) { s.Reclaims++ })
+	case idem.Parked:
+		c.totals.parked.Add(1)
+	case idem.Expired:
+		c.expiredReplays.WithLabelValues(face).Inc()
+		c.totals.expired.Add(1)
+		c.history.add(func(s *Sample) { s.ExpiredReplays++ })
+	}
+}
+
+func (c *Collector) reconciled(face, by, verdict string) {
+	c.reconciliations.WithLabelValues(face, by, verdict).Inc()
+	c.totals.reconciliations.Add(1)
+}
+
+// resolveVerdict names an operator's resolution in the reconciler's words:
+// succeeded is done, failed is failed, released is not done.
+func resolveVerdict(s idem.State) string {
+	switch s {
+	case idem.StateSucceeded:
+		return idem.Done.String()
+	case idem.StateFailed:
+		return idem.FailedDone.String()
+	case idem.StateReleased:
+		return idem.NotDone.String()
+	}
+	return "unknown"
+}

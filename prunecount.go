@@ -1,0 +1,25 @@
+package idem
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/idemdev/idem/driver"
+)
+
+// PruneCount reports, without writing, what Prune run until done would
+// change if it ran now: records it would tombstone and rows it would
+// delete (a completed record already past its tombstone window counts in
+// both, as Prune tombstones and then deletes it). Batches is 0. Time moves
+// on between a count and a real prune, so the real totals may be larger.
+func (l *Ledger) PruneCount(ctx context.Context) (PruneStats, error) {
+	cn, ok := l.drv.(driver.Counter)
+	if !ok {
+		return PruneStats{}, ErrNoCount
+	}
+	r, err := cn.CountPrunable(ctx)
+	if err != nil {
+		return PruneStats{}, fmt.Errorf("idem: prune count: %w", err)
+	}
+	return PruneStats{Tombstoned: r.Tombstoned, Deleted: r.Deleted}, nil
+}
