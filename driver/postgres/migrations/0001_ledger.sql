@@ -23,3 +23,4 @@ CREATE INDEX IF NOT EXISTS idem_keys_expires ON idem_keys (expires_at) WHERE sta
 CREATE INDEX IF NOT EXISTS idem_keys_tombstone ON idem_keys (tombstone_until) WHERE state = 'tombstone';
 CREATE INDEX IF NOT EXISTS idem_keys_lease ON idem_keys (lease_until) WHERE state = 'in_progress';
 CREATE INDEX IF NOT EXISTS idem_keys_updated ON idem_keys (updated_at);
+CREATE INDEX IF NOT EXISTS idem_keys_parked ON idem_keys (updated_at) WHERE state = 'parked';
