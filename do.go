@@ -63,7 +63,10 @@ func (l *Ledger) run(ctx context.Context, c *Claim, fn Func) (res Result, err er
 	stop := l.keepAlive(workCtx, c, cancel)
 	defer stop()
 
-	tx, err := l.drv.DB().BeginTx(workCtx, nil)
+	// The transaction is not bound to the caller's context, which would roll
+	// it back when the client goes away after fn's work is done, leaving the
+	// key stuck; fn's own statements use workCtx and still stop on cancel.
+	tx, err := l.drv.DB().BeginTx(bg, nil)
 	if err != nil {
 		l.releaseQuietly(bg, c)
 		return Result{}, fmt.Errorf("idem: begin %q: %w", c.Op.Key, err)
@@ -84,7 +87,7 @@ func (l *Ledger) run(ctx context.Context, c *Claim, fn Func) (res Result, err er
 	if ferr != nil {
 		tx.Rollback()
 		if cause := context.Cause(workCtx); errors.Is(cause, ErrLeaseLost) {
-			return Result{}, fmt.Errorf("idem: %q: %w (%v)", c.Op.Key, ErrLeaseLost, ferr)
+			return Result{}, fmt.Errorf("idem: %q: %w: %w", c.Op.Key, ErrLeaseLost, ferr)
 		}
 		if IsPermanent(ferr) {
 			r := Result{Body: []byte(ferr.Error())}

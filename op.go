@@ -29,7 +29,8 @@ type Op struct {
 	// without control characters.
 	Key string
 	// Fingerprint identifies the request (see package fingerprint). A retry
-	// with a different fingerprint gets Mismatch. Empty disables the check.
+	// with a different fingerprint gets Mismatch. An empty fingerprint matches
+	// only an empty one, so an operation that never sets one is keyed by Key alone.
 	Fingerprint string
 	// Lease overrides the ledger's default lease; zero means the default,
 	// negative is an error.

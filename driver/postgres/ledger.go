@@ -19,9 +19,12 @@ func cols(p string) string {
 	return p + strings.Join(colNames, ", "+p)
 }
 
-// clockCTE binds $1 as the statement's clock: the server's now() unless a
-// test injected one.
-const clockCTE = `WITH c AS (SELECT coalesce($1::timestamptz, now()) AS now) `
+// clockCTE binds $1 as the statement's clock: the server's
+// statement_timestamp() unless a test injected one. Not now(), which is the
+// start of the transaction: a fenced write late in a long transaction
+// (CompleteTx after the handler ran) must check the lease against the time
+// it runs, as SQLite does.
+const clockCTE = `WITH c AS (SELECT coalesce($1::timestamptz, statement_timestamp()) AS now) `
 
 const msInterval = ` * interval '1 millisecond'`
 

@@ -1,0 +1,51 @@
+package drivertest
+
+import (
+	"testing"
+
+	"github.com/idemdev/idem"
+)
+
+// testMigrate: the schema is applied on open, once, even by many openers
+// at the same time; NoMigrate leaves a fresh database alone until Migrate.
+func testMigrate(t *testing.T, s *suite) {
+	t.Run("ConcurrentOpen", func(t *testing.T) {
+		t.Parallel()
+		f := s.setup(t)
+		ledgers := make([]*idem.Ledger, 8)
+		errs := make([]error, len(ledgers))
+		race(len(ledgers), func(i int) { ledgers[i], errs[i] = idem.Open(f.ctx, f.url, &idem.Options{Logger: testLogger()}) })
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("open %d: %v", i, err)
+			}
+			defer ledgers[i].Close()
+		}
+		l := ledgers[0]
+		var n int
+		if err := l.Driver().DB().QueryRowContext(f.ctx, `SELECT count(*) FROM idem_migrations`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if migs := l.Driver().Migrations(); n != len(migs) || len(migs) == 0 {
+			t.Fatalf("idem_migrations has %d rows for %d migrations", n, len(migs))
+		}
+		mustClaim(t, f.ctx, l, idem.Op{Key: "k"}, idem.Acquired)
+		mustClaim(t, f.ctx, ledgers[7], idem.Op{Key: "k"}, idem.InFlight)
+	})
+
+	t.Run("NoMigrate", func(t *testing.T) {
+		t.Parallel()
+		f := s.setup(t)
+		l := f.open(&idem.Options{NoMigrate: true})
+		if c, err := l.Claim(f.ctx, idem.Op{Key: "k"}); err == nil {
+			t.Fatalf("claim on a database without schema: %+v, want an error", c)
+		}
+		if err := l.Driver().Migrate(f.ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Driver().Migrate(f.ctx); err != nil {
+			t.Fatalf("second Migrate: %v", err)
+		}
+		mustClaim(t, f.ctx, l, idem.Op{Key: "k"}, idem.Acquired)
+	})
+}
