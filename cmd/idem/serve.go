@@ -1,0 +1,399 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/gateway"
+	"github.com/idemdev/idem/idemhttp"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+const serveUsage = "idem serve --upstream URL [--listen ADDR] [--db URL] [flags]\n       idem serve --demo [flags]"
+
+func init() {
+	register(command{
+		name:    "serve",
+		usage:   serveUsage,
+		summary: "run the gateway: Idempotency-Key semantics in front of any HTTP API",
+		run:     runServe,
+	})
+}
+
+// serveConfig is everything `idem serve` was told.
+type serveConfig struct {
+	upstream, listen, db, admin   string
+	demo, requireKey              bool
+	scopeHeader, keyFrom, methods string
+	lease, retention              time.Duration
+	maxBody, maxResponse          byteSize
+	onConflict, on5xx, stale      string
+	waitTimeout, timeout, drain   time.Duration
+	allowHeaders, exclude         string
+	log                           *logFlags
+	idemOpts                      idemhttp.Options
+	ledgerOpts                    idem.Options
+	upstreamURL                   *url.URL
+}
+
+func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
+	fs := newFlagSet("serve", serveUsage, stderr)
+	c := &serveConfig{maxBody: idemhttp.DefaultMaxBody, maxResponse: idemhttp.DefaultMaxResponse}
+	fs.StringVar(&c.upstream, "upstream", "", "`URL` of the API to put idem in front of (required unless --demo)")
+	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "`address` to serve on")
+	fs.StringVar(&c.db, "db", "sqlite:idem.db", "ledger database `URL`: sqlite:PATH, or postgres://… for several gateways")
+	fs.StringVar(&c.admin, "admin", "", "`address` for /healthz and /metrics (off when empty)")
+	fs.BoolVar(&c.demo, "demo", false, "also start a built-in demo payments API and forward to it")
+	fs.BoolVar(&c.requireKey, "require-key", false, "answer 400 to a guarded request without a key (default: pass it through)")
+	fs.StringVar(&c.scopeHeader, "scope-header", "Authorization", "request `header` that scopes keys: Authorization (SHA-256 of its value), another header such as X-Tenant-ID (its value), or none")
+	fs.StringVar(&c.keyFrom, "key-from", idemhttp.DefaultKeyFrom, "where the key is: header:NAME, json:/pointer or form:NAME")
+	fs.StringVar(&c.methods, "methods", "POST,PATCH", "comma-separated `methods` to guard; others pass through untouched")
+	fs.DurationVar(&c.lease, "lease", idem.DefaultLease, "how long a claim holds after the gateway stops heartbeating it (crash, upstream timeout)")
+	fs.DurationVar(&c.retention, "retention", idem.DefaultRetention, "how long a stored response is replayed")
+	fs.Var(&c.maxBody, "max-body", "largest request body accepted (`size`, e.g. 1MiB); larger gets 413")
+	fs.Var(&c.maxResponse, "max-response", "largest response stored for replay (`size`); larger is delivered, not stored")
+	fs.StringVar(&c.onConflict, "on-conflict", "reject", "while the same key is in flight: reject (409) or wait (then replay)")
+	fs.DurationVar(&c.waitTimeout, "wait-timeout", idemhttp.DefaultWaitTimeout, "longest wait under --on-conflict wait")
+	fs.StringVar(&c.on5xx, "on-5xx", "release", "upstream 5xx: release (retry forwards again), store (replayed like Stripe) or hold (until the lease ends)")
+	fs.StringVar(&c.stale, "stale", "redo", "a claim whose holder vanished: redo (forward again with the same key) or park (wait for an operator)")
+	fs.StringVar(&c.allowHeaders, "allow-headers", "", "comma-separated response `headers` to store besides Content-Type, Location, Content-Location, ETag, Last-Modified, Link")
+	fs.StringVar(&c.exclude, "exclude", "", "comma-separated JSON `pointers` left out of the body fingerprint (e.g. /sent_at)")
+	fs.DurationVar(&c.timeout, "upstream-timeout", gateway.DefaultTimeout, "bound on a guarded upstream call; a sent call that times out gets 504 and keeps its claim")
+	fs.DurationVar(&c.drain, "drain-timeout", 30*time.Second, "on SIGTERM, how long to let in-flight requests finish")
+	c.log = addLogFlags(fs, "info")
+	return fs, c
+}
+
+// envName is the environment variable that sets a flag: --max-body is
+// IDEM_MAX_BODY.
+func envName(flagName string) string {
+	return "IDEM_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// applyEnv sets every flag whose variable is set; flags given on the
+// command line override it. A bad value is named by its variable.
+func applyEnv(fs *flag.FlagSet) error {
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if v, ok := os.LookupEnv(envName(f.Name)); ok && strings.TrimSpace(v) != "" {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("$%s=%q: %v", envName(f.Name), v, err))
+			}
+		}
+	})
+	return errors.Join(errs...)
+}
+
+func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs, c := serveFlags(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: %s\n\nPuts Idempotency-Key semantics in front of an HTTP API (docs/http.md).\nEvery flag can also be set by environment variable: --max-body as IDEM_MAX_BODY, and so on.\n\nFlags:\n", serveUsage)
+		fs.PrintDefaults()
+	}
+	if err := applyEnv(fs); err != nil {
+		fmt.Fprintf(stderr, "idem serve: %v\n", err)
+		return 2
+	}
+	if code, done := parseFlags(fs, args, stdout); done {
+		return code
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "idem serve: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	if errs := c.check(); len(errs) > 0 {
+		for _, err := range errs {
+			fmt.Fprintf(stderr, "idem serve: %v\n", err)
+		}
+		return 2
+	}
+	return c.run(ctx, stdout, stderr)
+}
+
+// check validates the flags and builds the options, naming the flag of
+// every problem.
+func (c *serveConfig) check() []error {
+	var errs []error
+	bad := func(flag, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("--%s: %s", flag, fmt.Sprintf(format, args...)))
+	}
+	switch {
+	case c.demo && c.upstream != "":
+		bad("upstream", "give --upstream or --demo, not both")
+	case !c.demo && c.upstream == "":
+		bad("upstream", "required: the URL of the API to put idem in front of (or --demo to try it)")
+	case c.upstream != "":
+		u, err := url.Parse(c.upstream)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("upstream", "%q is not an http:// or https:// URL with a host", c.upstream)
+		}
+		c.upstreamURL = u
+	}
+	if _, _, err := net.SplitHostPort(c.listen); err != nil {
+		bad("listen", "%q: %v", c.listen, err)
+	}
+	if c.admin != "" {
+		if _, _, err := net.SplitHostPort(c.admin); err != nil {
+			bad("admin", "%q: %v", c.admin, err)
+		}
+	}
+	if !strings.HasPrefix(c.db, "sqlite:") && !strings.HasPrefix(c.db, "sqlite3:") && !strings.HasPrefix(c.db, "postgres://") && !strings.HasPrefix(c.db, "postgresql://") {
+		bad("db", "%q: want sqlite:PATH or postgres://…", c.db)
+	}
+	if c.lease < time.Millisecond || c.lease > 7*24*time.Hour {
+		bad("lease", "%v is outside [1ms, 168h]", c.lease)
+	}
+	if c.retention < time.Millisecond {
+		bad("retention", "%v is too short", c.retention)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"wait-timeout", c.waitTimeout}, {"upstream-timeout", c.timeout}, {"drain-timeout", c.drain}} {
+		if d.v <= 0 {
+			bad(d.name, "%v is not positive", d.v)
+		}
+	}
+
+	o := &c.idemOpts
+	o.RequireKey, o.KeyFrom, o.Lease, o.Retention, o.WaitTimeout = c.requireKey, c.keyFrom, c.lease, c.retention, c.waitTimeout
+	o.MaxBody, o.MaxResponse = int64(c.maxBody), int64(c.maxResponse)
+	o.Methods, o.AllowHeaders, o.Exclude = splitList(c.methods), splitList(c.allowHeaders), splitList(c.exclude)
+	switch strings.ToLower(c.scopeHeader) {
+	case "authorization":
+		o.Scope = idemhttp.ScopeAuthorization
+	case "none", "":
+		o.Scope = idemhttp.ScopeNone
+	default:
+		o.Scope = idemhttp.ScopeHeader(c.scopeHeader)
+		if strings.ContainsAny(c.scopeHeader, " \t:") {
+			bad("scope-header", "%q is not a header name", c.scopeHeader)
+		}
+	}
+	switch c.onConflict {
+	case "reject":
+		o.OnConflict = idemhttp.Reject
+	case "wait":
+		o.OnConflict = idemhttp.Wait
+	default:
+		bad("on-conflict", "%q: want reject or wait", c.onConflict)
+	}
+	switch c.on5xx {
+	case "release":
+		o.ServerErrors = idemhttp.Release5xx
+	case "store":
+		o.ServerErrors = idemhttp.Store5xx
+	case "hold":
+		o.ServerErrors = idemhttp.Hold5xx
+	default:
+		bad("on-5xx", "%q: want release, store or hold", c.on5xx)
+	}
+	switch c.stale {
+	case "redo":
+		c.ledgerOpts.Stale = idem.Redo
+	case "park":
+		c.ledgerOpts.Stale = idem.Park
+	default:
+		bad("stale", "%q: want redo or park", c.stale)
+	}
+	for _, f := range []struct {
+		flag string
+		o    idemhttp.Options
+	}{
+		{"key-from", idemhttp.Options{KeyFrom: o.KeyFrom}},
+		{"methods", idemhttp.Options{Methods: o.Methods}},
+		{"allow-headers", idemhttp.Options{AllowHeaders: o.AllowHeaders}},
+		{"exclude", idemhttp.Options{Exclude: o.Exclude}},
+		{"max-body", idemhttp.Options{MaxBody: o.MaxBody}},
+		{"max-response", idemhttp.Options{MaxResponse: o.MaxResponse}},
+	} {
+		if err := f.o.Validate(); err != nil {
+			bad(f.flag, "%v", err)
+		}
+	}
+	if _, err := c.log.logger(io.Discard); err != nil {
+		errs = append(errs, err)
+	}
+	c.ledgerOpts.Lease, c.ledgerOpts.Retention = c.lease, c.retention
+	return errs
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (c *serveConfig) run(ctx context.Context, stdout, stderr io.Writer) int {
+	log, _ := c.log.logger(stderr) // checked in check
+	c.ledgerOpts.Logger, c.ledgerOpts.HashKeysInLogs = log, c.log.hashKeys
+	c.idemOpts.Logger = log
+
+	openCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	l, err := idem.Open(openCtx, c.db, &c.ledgerOpts)
+	cancel()
+	if err != nil {
+		fmt.Fprintf(stderr, "idem serve: %v\n", err)
+		return 1
+	}
+	defer l.Close()
+
+	var closers []func()
+	defer func() {
+		for _, f := range closers {
+			f()
+		}
+	}()
+	if c.demo {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			fmt.Fprintf(stderr, "idem serve: demo API: %v\n", err)
+			return 1
+		}
+		demo := &http.Server{Handler: gateway.NewDemo(), ReadHeaderTimeout: 10 * time.Second}
+		go demo.Serve(ln)
+		closers = append(closers, func() { demo.Close() })
+		c.upstreamURL = &url.URL{Scheme: "http", Host: ln.Addr().String()}
+	}
+
+	gw, err := gateway.New(l, &gateway.Config{Upstream: c.upstreamURL, Options: &c.idemOpts, Timeout: c.timeout, Logger: log})
+	if err != nil {
+		fmt.Fprintf(stderr, "idem serve: %v\n", err)
+		return 2
+	}
+	ln, err := net.Listen("tcp", c.listen)
+	if err != nil {
+		fmt.Fprintf(stderr, "idem serve: --listen: %v\n", err)
+		return 1
+	}
+	srv := &http.Server{Handler: gw, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	failed := make(chan error, 2)
+	go func() { failed <- srv.Serve(ln) }()
+
+	var adminSrv *http.Server
+	if c.admin != "" {
+		aln, err := net.Listen("tcp", c.admin)
+		if err != nil {
+			srv.Close()
+			fmt.Fprintf(stderr, "idem serve: --admin: %v\n", err)
+			return 1
+		}
+		adminSrv = &http.Server{Handler: adminHandler(l), ReadHeaderTimeout: 10 * time.Second}
+		go func() { failed <- adminSrv.Serve(aln) }()
+		fmt.Fprintf(stderr, "idem serve: admin on http://%s (/healthz, /metrics)\n", aln.Addr())
+	}
+
+	addr := ln.Addr().String()
+	if c.demo {
+		fmt.Fprintf(stdout, "idem serve: a demo payments API runs on %s behind the gateway on http://%s\n\n", c.upstreamURL, addr)
+		fmt.Fprintf(stdout, "Try, in another terminal:\n")
+		fmt.Fprintf(stdout, "  curl -si -X POST %s/charges -H 'Idempotency-Key: order-42' -d '{\"amount\":1000}'   # 201, charged once\n", addr)
+		fmt.Fprintf(stdout, "  curl -si -X POST %s/charges -H 'Idempotency-Key: order-42' -d '{\"amount\":1000}'   # the same 201, Idempotent-Replayed: true\n", addr)
+		fmt.Fprintf(stdout, "  curl -si -X POST %s/charges -H 'Idempotency-Key: order-42' -d '{\"amount\":999}'    # 422: key reused with a different request\n", addr)
+		fmt.Fprintf(stdout, "  curl -si -X POST %s/charges -H 'Idempotency-Key: slow-1' -H 'Demo-Delay: 5s' -d '{\"amount\":5}' & sleep 1\n", addr)
+		fmt.Fprintf(stdout, "  curl -si -X POST %s/charges -H 'Idempotency-Key: slow-1' -d '{\"amount\":5}'                    # 409 while the first runs\n", addr)
+		fmt.Fprintf(stdout, "  curl -s %s/charges                                                               # charges per key\n\n", addr)
+	}
+
+	fmt.Fprintf(stderr, "idem serve: listening on http://%s, forwarding to %s, ledger %s (lease %v, retention %v)\n",
+		addr, c.upstreamURL, redactDB(c.db), c.lease, c.retention)
+	select {
+	case <-ctx.Done():
+	case err := <-failed:
+		fmt.Fprintf(stderr, "idem serve: %v\n", err)
+		return 1
+	}
+	// Drain: stop accepting, let in-flight requests finish (each records
+	// its response and ends its claim), then close.
+	log.Info("idem serve: draining", "timeout", c.drain)
+	dctx, cancel := context.WithTimeout(context.Background(), c.drain)
+	defer cancel()
+	err = srv.Shutdown(dctx)
+	if adminSrv != nil {
+		adminSrv.Shutdown(dctx)
+	}
+	if err != nil {
+		log.Warn("idem serve: drain timed out; unfinished requests keep their claims until their leases end", "err", err)
+		srv.Close()
+		return 1
+	}
+	log.Info("idem serve: stopped")
+	return 0
+}
+
+// adminHandler serves /healthz (the database answers) and /metrics.
+func adminHandler(l *idem.Ledger) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := l.Driver().DB().PingContext(ctx); err != nil {
+			http.Error(w, "database: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ok\n")
+	})
+	mux.Handle("GET /metrics", promhttp.Handler())
+	return mux
+}
+
+// redactDB hides a password in a database URL for logs.
+func redactDB(db string) string {
+	if u, err := url.Parse(db); err == nil && u.User != nil {
+		return u.Redacted()
+	}
+	return db
+}
+
+// byteSize is a flag value in bytes, written as 1048576, 512KiB, 1MiB,
+// 2MB (decimal) or 1GiB.
+type byteSize int64
+
+func (b *byteSize) String() string {
+	n := int64(*b)
+	for _, u := range []struct {
+		s string
+		n int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.n && n%u.n == 0 {
+			return strconv.FormatInt(n/u.n, 10) + u.s
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+func (b *byteSize) Set(s string) error {
+	s = strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range []struct {
+		s string
+		n int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1}} {
+		if strings.HasSuffix(strings.ToUpper(s), strings.ToUpper(u.s)) {
+			s, mult = strings.TrimSpace(s[:len(s)-len(u.s)]), u.n
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n <= 0 || n > (1<<40)/mult {
+		return errors.New("want a positive size such as 1048576, 512KiB or 1MiB")
+	}
+	*b = byteSize(n * mult)
+	return nil
+}

@@ -1,0 +1,314 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/idemdev/idem/internal/crashpoint"
+)
+
+func eachServeDriver(t *testing.T, fn func(t *testing.T, driver string)) {
+	for _, d := range []string{"sqlite", "postgres"} {
+		t.Run(d, func(t *testing.T) {
+			t.Parallel()
+			fn(t, d)
+		})
+	}
+}
+
+func upstreamServer(t *testing.T, h http.Handler) string {
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// 200 concurrent identical requests with one key through the real binary:
+// the upstream executes once, and every client ends with the same body
+// (retrying its 409s).
+func TestServeConcurrentDuplicates(t *testing.T) {
+	t.Parallel()
+	eachServeDriver(t, func(t *testing.T, driver string) {
+		up := newExecUpstream(false, 300*time.Millisecond)
+		gw := startGateway(t, nil, "--upstream", upstreamServer(t, up), "--db", testDB(t, driver))
+		const clients = 200
+		bodies := make([]string, clients)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range clients {
+			wg.Go(func() {
+				<-start
+				a := sendUntilDone(t, 30*time.Second, gw.url+"/charges", `{"amount":1000}`, "Idempotency-Key: storm")
+				if a.status != http.StatusCreated {
+					t.Errorf("client %d: %d %s", i, a.status, a.body)
+				}
+				bodies[i] = a.body
+			})
+		}
+		close(start)
+		wg.Wait()
+		if n := up.executions("storm", ""); n != 1 {
+			t.Fatalf("upstream executed %d times, want 1", n)
+		}
+		for i, b := range bodies {
+			if b != bodies[0] {
+				t.Fatalf("client %d got %q, client 0 got %q", i, b, bodies[0])
+			}
+		}
+	})
+}
+
+// Two gateway processes on one PostgreSQL database: duplicates split
+// between them execute once.
+func TestServeTwoGatewaysOnePostgres(t *testing.T) {
+	t.Parallel()
+	db := testDB(t, "postgres")
+	up := newExecUpstream(false, 100*time.Millisecond)
+	upURL := upstreamServer(t, up)
+	gws := []*gatewayProc{
+		startGateway(t, nil, "--upstream", upURL, "--db", db),
+		startGateway(t, nil, "--upstream", upURL, "--db", db),
+	}
+	const keys, dups = 20, 6
+	bodies := make([][]string, keys)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for k := range keys {
+		bodies[k] = make([]string, dups)
+		for d := range dups {
+			wg.Go(func() {
+				<-start
+				a := sendUntilDone(t, 30*time.Second, gws[d%2].url+"/charges", fmt.Sprintf(`{"order":%d}`, k), fmt.Sprintf("Idempotency-Key: order-%d", k))
+				bodies[k][d] = a.body
+			})
+		}
+	}
+	close(start)
+	wg.Wait()
+	for k := range keys {
+		if n := up.executions(fmt.Sprintf("order-%d", k), ""); n != 1 {
+			t.Errorf("key order-%d executed %d times", k, n)
+		}
+		for d := range dups {
+			if bodies[k][d] != bodies[k][0] {
+				t.Errorf("key order-%d: gateway %d answered %q, gateway 0 %q", k, d%2, bodies[k][d], bodies[k][0])
+			}
+		}
+	}
+}
+
+// The gateway dies (SIGKILL) after the upstream answered and before the
+// answer was recorded. After a restart, the retry is forwarded again with
+// the same key once the lease ends; the upstream, deduplicating on the
+// key, executes once, and the client gets one consistent answer.
+func TestServeCrashAfterUpstreamAnswered(t *testing.T) {
+	t.Parallel()
+	eachServeDriver(t, func(t *testing.T, driver string) {
+		up := newExecUpstream(true, 0)
+		upURL, db := upstreamServer(t, up), testDB(t, driver)
+		args := []string{"--upstream", upURL, "--db", db, "--lease", "1s"}
+		first := startGateway(t, []string{crashpoint.EnvVar + "=" + crashpoint.AfterCall}, args...)
+		noReuse := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
+		if a, err := send(context.Background(), noReuse, first.url+"/charges", `{"amount":5}`, "Idempotency-Key: crash"); err == nil {
+			t.Fatalf("the client got %d %q from a gateway that should have died", a.status, a.body)
+		}
+		err := first.wait(10 * time.Second)
+		if ee, ok := err.(*exec.ExitError); !ok || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+			t.Fatalf("gateway exit: %v, want killed by SIGKILL at the crash point", err)
+		}
+		if up.seenKey("crash") != 1 {
+			t.Fatalf("upstream saw the key %d times before the crash, want 1", up.seenKey("crash"))
+		}
+
+		second := startGateway(t, nil, args...)
+		a := sendUntilDone(t, 20*time.Second, second.url+"/charges", `{"amount":5}`, "Idempotency-Key: crash")
+		if a.status != http.StatusCreated {
+			t.Fatalf("retry after restart: %d %s", a.status, a.body)
+		}
+		if up.seenKey("crash") != 2 || up.executions("crash", "") != 1 {
+			t.Fatalf("upstream saw the key %d times and executed %d; want 2 and 1", up.seenKey("crash"), up.executions("crash", ""))
+		}
+		again := sendUntilDone(t, 5*time.Second, second.url+"/charges", `{"amount":5}`, "Idempotency-Key: crash")
+		if again.body != a.body || again.header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("second retry: %q %v, want %q replayed", again.body, again.header, a.body)
+		}
+	})
+}
+
+// The client gives up after the request reached the upstream; the gateway
+// records the answer anyway, and the retry replays it.
+func TestServeClientDisconnect(t *testing.T) {
+	t.Parallel()
+	eachServeDriver(t, func(t *testing.T, driver string) {
+		up := newExecUpstream(false, 500*time.Millisecond)
+		gw := startGateway(t, nil, "--upstream", upstreamServer(t, up), "--db", testDB(t, driver))
+		ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+		defer cancel()
+		if _, err := send(ctx, client, gw.url+"/charges", `{"amount":7}`, "Idempotency-Key: gone"); err == nil {
+			t.Fatal("the request was not cut off")
+		}
+		a := sendUntilDone(t, 10*time.Second, gw.url+"/charges", `{"amount":7}`, "Idempotency-Key: gone")
+		if a.status != http.StatusCreated || a.header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("retry: %d %v %s, want the recorded 201", a.status, a.header, a.body)
+		}
+		if n := up.executions("gone", ""); n != 1 {
+			t.Fatalf("executed %d times", n)
+		}
+	})
+}
+
+// Same key, two credentials: two executions, no leak, and one scope's
+// in-flight request never makes the other answer 409.
+func TestServeScopes(t *testing.T) {
+	t.Parallel()
+	up := newExecUpstream(false, 400*time.Millisecond)
+	gw := startGateway(t, nil, "--upstream", upstreamServer(t, up), "--db", testDB(t, "sqlite"))
+	done := make(chan answer)
+	go func() {
+		a, _ := send(context.Background(), client, gw.url+"/charges", `{}`, "Idempotency-Key: shared", "Authorization: Bearer alice")
+		done <- a
+	}()
+	for up.seenKey("shared") == 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	bob, err := send(context.Background(), client, gw.url+"/charges", `{}`, "Idempotency-Key: shared", "Authorization: Bearer bob")
+	if err != nil || bob.status != http.StatusCreated || !strings.Contains(bob.body, "bob") {
+		t.Fatalf("bob, while alice's request was in flight: %d %q %v", bob.status, bob.body, err)
+	}
+	alice := <-done
+	for range 2 {
+		a := sendUntilDone(t, 5*time.Second, gw.url+"/charges", `{}`, "Idempotency-Key: shared", "Authorization: Bearer alice")
+		b := sendUntilDone(t, 5*time.Second, gw.url+"/charges", `{}`, "Idempotency-Key: shared", "Authorization: Bearer bob")
+		if a.body != alice.body || b.body != bob.body || strings.Contains(a.body, "bob") || strings.Contains(b.body, "alice") {
+			t.Fatalf("replays crossed scopes: alice %q, bob %q", a.body, b.body)
+		}
+	}
+	if up.executions("shared", "Bearer alice") != 1 || up.executions("shared", "Bearer bob") != 1 {
+		t.Fatalf("executions: %v", up.exec)
+	}
+}
+
+// SIGTERM lets an in-flight request finish and record its answer; the
+// process exits 0 and a restarted gateway replays the answer.
+func TestServeDrainsOnSIGTERM(t *testing.T) {
+	t.Parallel()
+	up := newExecUpstream(false, 500*time.Millisecond)
+	upURL, db := upstreamServer(t, up), testDB(t, "sqlite")
+	gw := startGateway(t, nil, "--upstream", upURL, "--db", db)
+	done := make(chan answer)
+	go func() {
+		a, _ := send(context.Background(), client, gw.url+"/charges", `{}`, "Idempotency-Key: drain")
+		done <- a
+	}()
+	for up.seenKey("drain") == 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	gw.signal(syscall.SIGTERM)
+	first := <-done
+	if first.status != http.StatusCreated {
+		t.Fatalf("in-flight request during drain: %d %q", first.status, first.body)
+	}
+	if err := gw.wait(10 * time.Second); err != nil {
+		t.Fatalf("exit after drain: %v", err)
+	}
+	again := startGateway(t, nil, "--upstream", upURL, "--db", db)
+	a := sendUntilDone(t, 5*time.Second, again.url+"/charges", `{}`, "Idempotency-Key: drain")
+	if a.body != first.body || a.header.Get("Idempotent-Replayed") != "true" || up.executions("drain", "") != 1 {
+		t.Fatalf("after restart: %q %v, %d executions", a.body, a.header, up.executions("drain", ""))
+	}
+}
+
+// `idem serve --demo` works alone: replay, 409 and 422 with curl's
+// requests; settings come from the environment; --admin serves health
+// and metrics.
+func TestServeDemo(t *testing.T) {
+	t.Parallel()
+	gw := startGateway(t, []string{"IDEM_DB=" + testDB(t, "sqlite"), "IDEM_DEMO=true", "IDEM_ADMIN=127.0.0.1:0"})
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline) && !strings.Contains(gw.out.String(), "Idempotency-Key: order-42"); {
+		time.Sleep(10 * time.Millisecond) // stdout and stderr arrive through separate pipes
+	}
+	if !strings.Contains(gw.out.String(), "Idempotency-Key: order-42") {
+		t.Errorf("--demo did not print the curl commands:\n%s", gw.out.String())
+	}
+	url := gw.url + "/charges"
+	a, _ := send(context.Background(), client, url, `{"amount":1000}`, "Idempotency-Key: order-42")
+	b, _ := send(context.Background(), client, url, `{ "amount": 1000 }`, "Idempotency-Key: order-42")
+	c, _ := send(context.Background(), client, url, `{"amount":999}`, "Idempotency-Key: order-42")
+	if a.status != 201 || b.body != a.body || b.header.Get("Idempotent-Replayed") != "true" || c.status != 422 {
+		t.Fatalf("demo: %d, %d %v, %d", a.status, b.status, b.header, c.status)
+	}
+	slow := make(chan answer)
+	go func() {
+		a, _ := send(context.Background(), client, url, `{"amount":5}`, "Idempotency-Key: slow", "Demo-Delay: 1s")
+		slow <- a
+	}()
+	time.Sleep(300 * time.Millisecond) // let the slow request claim the key first
+	var conflict answer
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if conflict, _ = send(context.Background(), client, url, `{"amount":5}`, "Idempotency-Key: slow"); conflict.status == 409 {
+			break
+		}
+	}
+	if conflict.status != 409 || conflict.header.Get("Retry-After") == "" {
+		t.Fatalf("concurrent retry: %d %v", conflict.status, conflict.header)
+	}
+	if s := <-slow; s.status != 201 || !strings.Contains(s.body, `"charges_for_this_key": 1`) {
+		t.Fatalf("slow charge: %d %s", s.status, s.body)
+	}
+	if gw.admin == "" {
+		t.Fatalf("no admin address in the log:\n%s", gw.out.String())
+	}
+	for _, path := range []string{"/healthz", "/metrics"} {
+		resp, err := http.Get(gw.admin + path)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("admin %s: %v %v", path, resp, err)
+		}
+		resp.Body.Close()
+	}
+}
+
+// Bad flags and bad environment values exit 2 with a message naming them.
+func TestServeBadFlags(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		env  []string
+		args []string
+		want string
+	}{
+		{nil, []string{}, "--upstream"},
+		{nil, []string{"--upstream", "ftp://x"}, "--upstream"},
+		{nil, []string{"--upstream", "http://x", "--demo"}, "--upstream"},
+		{nil, []string{"--demo", "--lease", "0s"}, "--lease"},
+		{nil, []string{"--demo", "--lease", "soon"}, "-lease"},
+		{nil, []string{"--demo", "--max-body", "huge"}, "-max-body"},
+		{nil, []string{"--demo", "--on-conflict", "maybe"}, "--on-conflict"},
+		{nil, []string{"--demo", "--on-5xx", "retry"}, "--on-5xx"},
+		{nil, []string{"--demo", "--key-from", "cookie:x"}, "--key-from"},
+		{nil, []string{"--demo", "--allow-headers", "Set-Cookie"}, "--allow-headers"},
+		{nil, []string{"--demo", "--exclude", "nope"}, "--exclude"},
+		{nil, []string{"--demo", "--db", "mysql://x"}, "--db"},
+		{nil, []string{"--demo", "--nope"}, "-nope"},
+		{[]string{"IDEM_MAX_RESPONSE=lots"}, []string{"--demo"}, "IDEM_MAX_RESPONSE"},
+		{[]string{"IDEM_REQUIRE_KEY=perhaps"}, []string{"--demo"}, "IDEM_REQUIRE_KEY"},
+	}
+	for _, c := range cases {
+		cmd := exec.Command(idemBin, append([]string{"serve"}, c.args...)...)
+		cmd.Env = append(cmd.Environ(), c.env...)
+		out, err := cmd.CombinedOutput()
+		ee, ok := err.(*exec.ExitError)
+		if !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), c.want) {
+			t.Errorf("idem serve %v (env %v): exit %v, output %q; want exit 2 naming %s", c.args, c.env, err, out, c.want)
+		}
+	}
+	out, err := exec.Command(idemBin, "serve", "--help").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "IDEM_MAX_BODY") || !strings.Contains(string(out), "--upstream") && !strings.Contains(string(out), "-upstream") {
+		t.Errorf("--help: %v %s", err, out)
+	}
+}

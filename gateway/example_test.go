@@ -1,0 +1,55 @@
+package gateway_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/gateway"
+)
+
+// A gateway in front of the demo payments API: a retried charge is
+// answered from the ledger and charged once.
+func ExampleNew() {
+	dir, _ := os.MkdirTemp("", "gateway-example-")
+	defer os.RemoveAll(dir)
+	l, err := idem.Open(context.Background(), "sqlite:"+filepath.Join(dir, "idem.db"), &idem.Options{Logger: quiet})
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+
+	demo := gateway.NewDemo()
+	api := httptest.NewServer(demo)
+	defer api.Close()
+	upstream, _ := url.Parse(api.URL)
+	g, err := gateway.New(l, &gateway.Config{Upstream: upstream, Logger: quiet})
+	if err != nil {
+		panic(err)
+	}
+	srv := httptest.NewServer(g)
+	defer srv.Close()
+
+	for range 3 {
+		req, _ := http.NewRequest("POST", srv.URL+"/charges", strings.NewReader(`{"amount":1000}`))
+		req.Header.Set("Idempotency-Key", "order-42")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			panic(err)
+		}
+		resp.Body.Close()
+		fmt.Printf("%d replayed=%q\n", resp.StatusCode, resp.Header.Get("Idempotent-Replayed"))
+	}
+	fmt.Println("charges:", demo.Charges("order-42"))
+	// Output:
+	// 201 replayed=""
+	// 201 replayed="true"
+	// 201 replayed="true"
+	// charges: 1
+}

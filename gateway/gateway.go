@@ -1,0 +1,175 @@
+// Package gateway is the reverse proxy behind `idem serve`: it gives any
+// HTTP API, written in any language, Idempotency-Key semantics without a
+// code change, by putting idemhttp's lease-bound middleware in front of an
+// httputil.ReverseProxy.
+//
+// The gateway tells apart the two ways an upstream call can fail. If
+// nothing was sent (the connection was refused), it answers 502 and
+// releases the key: a retry starts clean. If the request was sent and no
+// answer came (a timeout, a dropped connection), the outcome is unknown: it
+// answers 504 and keeps the claim until its lease ends; after that the
+// stale-claim policy applies (by default the next retry is forwarded again
+// with the same key, which the upstream should deduplicate on).
+//
+// Guarded calls to the upstream are not cancelled when the client goes
+// away: the answer is recorded and replayed to the client's retry. Several
+// gateways on one PostgreSQL database behave as one.
+package gateway
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptrace"
+	"net/http/httputil"
+	"net/url"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/idemhttp"
+)
+
+// DefaultTimeout bounds a guarded upstream call, from sending the request
+// to the end of the response.
+const DefaultTimeout = 30 * time.Second
+
+// Config configures a Gateway. Upstream is required; the rest have
+// defaults.
+type Config struct {
+	// Upstream is the API behind the gateway: http or https, with an
+	// optional path prefix.
+	Upstream *url.URL
+	// Options are the Idempotency-Key semantics (nil = idemhttp defaults).
+	Options *idemhttp.Options
+	// Timeout bounds a guarded upstream call. A call that was sent and
+	// timed out has an unknown outcome (504, claim kept). Requests the
+	// middleware does not guard (GET, …) are bounded by the client only.
+	// Default DefaultTimeout.
+	Timeout time.Duration
+	// Transport makes the upstream calls. Default: a clone of
+	// http.DefaultTransport that keeps up to 256 idle connections.
+	Transport http.RoundTripper
+	// Logger receives proxy errors. Default slog.Default(); Options.Logger
+	// defaults to it too.
+	Logger *slog.Logger
+}
+
+// Gateway is an http.Handler forwarding to one upstream.
+type Gateway struct {
+	handler http.Handler
+}
+
+// New builds a gateway on l. The error names every bad option.
+func New(l *idem.Ledger, cfg *Config) (*Gateway, error) {
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.Upstream == nil || (c.Upstream.Scheme != "http" && c.Upstream.Scheme != "https") || c.Upstream.Host == "" {
+		return nil, fmt.Errorf("gateway: upstream %v: want an http:// or https:// URL with a host", c.Upstream)
+	}
+	if c.Timeout < 0 {
+		return nil, fmt.Errorf("gateway: timeout %v is negative", c.Timeout)
+	}
+	log := cmp.Or(c.Logger, slog.Default())
+	opts := idemhttp.Options{}
+	if c.Options != nil {
+		opts = *c.Options
+	}
+	opts.Logger = cmp.Or(opts.Logger, log)
+	mw, err := idemhttp.New(l, &opts)
+	if err != nil {
+		return nil, err
+	}
+	transport := c.Transport
+	if transport == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConns = 512
+		t.MaxIdleConnsPerHost = 256
+		transport = t
+	}
+	f := &forwarder{timeout: cmp.Or(c.Timeout, DefaultTimeout), log: log}
+	upstream := c.Upstream
+	f.proxy = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(upstream)
+			pr.SetXForwarded()
+		},
+		Transport:    transport,
+		ErrorHandler: f.upstreamFailed,
+		ErrorLog:     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	return &Gateway{handler: mw(f)}, nil
+}
+
+// ServeHTTP guards r and forwards it.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.handler.ServeHTTP(w, r) }
+
+// forwarder is the handler behind the middleware.
+type forwarder struct {
+	proxy   *httputil.ReverseProxy
+	timeout time.Duration
+	log     *slog.Logger
+}
+
+// sendTrace records whether any byte of the request may have reached the
+// upstream. Headers written to a connection count, even if unflushed: when
+// in doubt, the outcome is unknown, never "not sent".
+type sendTrace struct{ sent atomic.Bool }
+
+type sendTraceKey struct{}
+
+func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if idemhttp.Claim(r.Context()) == nil {
+		f.proxy.ServeHTTP(w, r) // not guarded: a plain proxy
+		return
+	}
+	// Detached from the client: once sent, the call runs to its answer so
+	// that the answer can be recorded, whether or not the client waits.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), f.timeout)
+	defer cancel()
+	tr := &sendTrace{}
+	ctx = context.WithValue(ctx, sendTraceKey{}, tr)
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		WroteHeaders: func() { tr.sent.Store(true) },
+	})
+	f.proxy.ServeHTTP(heldFlush{w}, r.WithContext(ctx))
+}
+
+// upstreamFailed answers a failed upstream call and tells the middleware
+// what it means for the key.
+func (f *forwarder) upstreamFailed(w http.ResponseWriter, r *http.Request, err error) {
+	ctx := r.Context()
+	c := idemhttp.Claim(ctx)
+	tr, _ := ctx.Value(sendTraceKey{}).(*sendTrace)
+	switch {
+	case c == nil:
+		level := slog.LevelWarn
+		if errors.Is(err, context.Canceled) {
+			level = slog.LevelDebug // the client went away
+		}
+		f.log.Log(ctx, level, "gateway: upstream call failed", slog.Any("err", err))
+		status := http.StatusBadGateway
+		if errors.Is(err, context.DeadlineExceeded) {
+			status = http.StatusGatewayTimeout
+		}
+		w.WriteHeader(status)
+	case tr != nil && !tr.sent.Load():
+		idemhttp.Release(ctx)
+		f.log.WarnContext(ctx, "gateway: upstream unreachable; nothing sent, key released", slog.String("key", idem.KeyHash(c.Op.Key)), slog.Any("err", err))
+		idemhttp.WriteProblem(w, idemhttp.Problem{Type: idemhttp.ProblemUpstreamDown, Title: "Upstream unreachable", Status: http.StatusBadGateway,
+			Detail: "The upstream could not be reached and nothing was sent to it. The key is free: retry with the same key.", RetryAfter: 1})
+	default:
+		idemhttp.Unknown(ctx)
+		f.log.WarnContext(ctx, "gateway: upstream did not answer; outcome unknown, claim kept until its lease ends",
+			slog.String("key", idem.KeyHash(c.Op.Key)), slog.Int64("attempt", c.Token), slog.Any("err", err))
+		wait := int(max(c.Op.Lease.Round(time.Second)/time.Second, 1))
+		idemhttp.WriteProblem(w, idemhttp.Problem{Type: idemhttp.ProblemUpstreamUnknown, Title: "Upstream outcome unknown", Status: http.StatusGatewayTimeout,
+			Detail: fmt.Sprintf("The request was sent upstream but no answer came (%v); it may or may not have taken effect. Retry with the same key: until the claim's lease ends (%v) you get 409, after that the request is forwarded again with the same key.",
+				err, c.Op.Lease), RetryAfter: wait})
+	}
+}

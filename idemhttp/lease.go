@@ -1,0 +1,154 @@
+package idemhttp
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/internal/crashpoint"
+)
+
+// serveLease is the lease-bound mode: claim, run the handler under a
+// heartbeated lease, record, answer.
+func (g *guard) serveLease(w http.ResponseWriter, r *http.Request, next http.Handler, op idem.Op) {
+	deadline := time.Now().Add(g.cfg.waitTimeout)
+	for {
+		ctx, cancel := detached(r)
+		c, err := g.l.Claim(ctx, op)
+		cancel()
+		if err == nil && c.Outcome.Held() {
+			g.runLease(w, r, next, c)
+			return
+		}
+		if g.waitable(c, err) && g.waitFor(r.Context(), op, deadline) {
+			continue
+		}
+		g.answer(w, r, op, c, err)
+		return
+	}
+}
+
+func (g *guard) runLease(w http.ResponseWriter, r *http.Request, next http.Handler, c *idem.Claim) {
+	ctl := &control{claim: c}
+	ctx, cancel := context.WithCancelCause(context.WithValue(r.Context(), controlKey{}, ctl))
+	defer cancel(nil)
+	stop := g.keepAlive(context.WithoutCancel(r.Context()), c, cancel)
+	rec := newRecorder(w, g.cfg.maxResponse, true)
+	defer rec.close()
+	if c.Outcome == idem.Reclaimed {
+		g.logOp(r.Context(), slog.LevelInfo, "handling a reclaimed key again", c.Op, c.Token)
+	}
+
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		v := recover() // nil when the handler called runtime.Goexit
+		stop()
+		g.afterPanic(r, c, ctl, rec, v)
+		if v != nil {
+			panic(v)
+		}
+	}()
+	next.ServeHTTP(rec, r.WithContext(ctx))
+	returned = true
+	stop()
+
+	crashpoint.Hit(crashpoint.AfterCall)
+	g.finishLease(r, c, g.decide(ctl, rec), rec)
+	rec.send()
+}
+
+// afterPanic settles a key whose handler panicked (a proxy aborting a
+// broken upstream body panics with http.ErrAbortHandler). If the client
+// already got the status, the handler did answer: the key is done, not
+// replayable. Otherwise the outcome is unknown and the claim is left to its
+// lease.
+func (g *guard) afterPanic(r *http.Request, c *idem.Claim, ctl *control, rec *recorder, v any) {
+	if !rec.held() {
+		g.finishLease(r, c, g.decide(ctl, rec), rec)
+		return
+	}
+	g.logOp(r.Context(), slog.LevelWarn, "handler panicked; outcome unknown, claim left to its lease", c.Op, c.Token, slog.Any("panic", v))
+}
+
+// finishLease records the decided action. It runs detached from the
+// client, so a client that went away cannot stop it half way.
+func (g *guard) finishLease(r *http.Request, c *idem.Claim, act action, rec *recorder) {
+	ctx, cancel := detached(r)
+	defer cancel()
+	status := cmp.Or(rec.status, http.StatusOK)
+	var err error
+	switch act {
+	case actRelease:
+		err = g.l.Release(ctx, c)
+		g.logOp(ctx, slog.LevelInfo, "key released", c.Op, c.Token, slog.Int("status", status))
+	case actLeave:
+		g.logOp(ctx, slog.LevelWarn, "outcome unknown; claim left to its lease", c.Op, c.Token, slog.Int("status", status))
+		return
+	case actNotStored:
+		why := rec.notStoredReason()
+		err = g.complete(ctx, nil, c, notStoredResult(status, why))
+		g.logOp(ctx, slog.LevelInfo, "response not stored", c.Op, c.Token, slog.Int("status", status), slog.String("why", why))
+	default:
+		status, h, body := rec.result()
+		err = g.complete(ctx, nil, c, g.cfg.storedResult(status, h, body))
+	}
+	if errors.Is(err, idem.ErrLeaseLost) {
+		g.logOp(ctx, slog.LevelWarn, "lease lost before the response was recorded; a later attempt owns the key", c.Op, c.Token)
+	} else if err != nil {
+		g.logOp(ctx, slog.LevelError, "recording the response failed; the claim ends with its lease", c.Op, c.Token, slog.Any("err", err))
+	}
+}
+
+// complete records a response: a success below 400, a (replayed)
+// failure from 400 on. With tx it writes inside the transaction.
+func (g *guard) complete(ctx context.Context, tx *sql.Tx, c *idem.Claim, res idem.Result) error {
+	if tx != nil {
+		if res.Status >= 400 {
+			return g.l.FailTx(ctx, tx, c, res)
+		}
+		return g.l.CompleteTx(ctx, tx, c, res)
+	}
+	if res.Status >= 400 {
+		return g.l.Fail(ctx, c, res)
+	}
+	return g.l.Complete(ctx, c, res)
+}
+
+// keepAlive heartbeats c every third of its lease until stopped, and
+// cancels the handler's context with idem.ErrLeaseLost if the lease is
+// lost (the process paused past its lease and another took the key).
+func (g *guard) keepAlive(ctx context.Context, c *idem.Claim, lost context.CancelCauseFunc) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(max(c.Op.Lease/3, time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				err := g.l.Heartbeat(ctx, c)
+				if errors.Is(err, idem.ErrLeaseLost) {
+					lost(fmt.Errorf("idemhttp: %w", idem.ErrLeaseLost))
+					return
+				}
+			}
+		}
+	}()
+	return sync.OnceFunc(func() {
+		cancel()
+		<-done
+	})
+}

@@ -1,0 +1,272 @@
+package idemhttp
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/fingerprint"
+)
+
+// Defaults used where Options leave a field zero.
+const (
+	DefaultMaxBody     = 1 << 20 // bytes of request body read and fingerprinted
+	DefaultMaxResponse = 1 << 20 // bytes of response body stored for replay
+	DefaultWaitTimeout = 10 * time.Second
+	DefaultKeyFrom     = "header:Idempotency-Key"
+	// DefaultDocsURL is where a 400 for a missing key points the client.
+	DefaultDocsURL = "https://idem.dev/docs/http"
+)
+
+// Upper bounds on the size options: a stored response is one database row.
+const (
+	maxMaxBody     = 1 << 30
+	maxMaxResponse = 64 << 20
+)
+
+// DefaultMethods are the methods the middleware guards unless told
+// otherwise: the ones that are not idempotent by definition (RFC 9110 §9.2.2).
+var DefaultMethods = []string{http.MethodPost, http.MethodPatch}
+
+// DefaultAllowHeaders are the response headers stored and replayed besides
+// the ones in Options.AllowHeaders.
+var DefaultAllowHeaders = []string{"Content-Type", "Location", "Content-Location", "ETag", "Last-Modified", "Link"}
+
+// neverStored are response headers that carry credentials or describe the
+// connection; they are never stored, whatever AllowHeaders says.
+var neverStored = []string{
+	"Set-Cookie", "Set-Cookie2", "Cookie", "Authorization", "Proxy-Authorization",
+	"WWW-Authenticate", "Proxy-Authenticate",
+	"Connection", "Keep-Alive", "Transfer-Encoding", "Upgrade", "Trailer", "Te",
+	"Content-Length", "Idempotent-Replayed",
+}
+
+// ConflictPolicy says what a request gets while another request with the
+// same key (and scope) is still being handled.
+type ConflictPolicy int
+
+const (
+	// Reject answers 409 application/problem+json with Retry-After at once.
+	// The default: the client's own retry loop decides how long to wait.
+	Reject ConflictPolicy = iota
+	// Wait holds the request for up to Options.WaitTimeout until the first
+	// one finishes, then answers as a retry would: the stored response, or,
+	// if the first released the key, by handling the request itself. After
+	// the timeout it answers 409 like Reject.
+	Wait
+)
+
+// ServerErrorPolicy says what becomes of a key whose handler (or upstream)
+// answered 5xx.
+type ServerErrorPolicy int
+
+const (
+	// Release5xx passes the 5xx through without storing it and releases the
+	// key, so the client's retry (with the same key) is handled again. The
+	// default: a payments client retries a 502 or 503 and expects progress,
+	// not the same error replayed for 24 hours; the key is forwarded, so an
+	// upstream that deduplicates on it keeps a retry from doubling an effect
+	// that happened before the 5xx.
+	Release5xx ServerErrorPolicy = iota
+	// Store5xx stores and replays a 5xx like any other response, as Stripe
+	// does ("including 500 errors"): a retry never reaches the handler
+	// again, and the client must use a new key to try again.
+	Store5xx
+	// Hold5xx treats a 5xx as an unknown outcome: passed through, not
+	// stored, and the claim is left to its lease; after that the stale-claim
+	// policy decides (Redo by default: handled again with the same key).
+	// In transaction-bound mode it acts as Release5xx, since the handler's
+	// effects are rolled back.
+	Hold5xx
+)
+
+// Options configures the middleware. A nil *Options means all defaults.
+type Options struct {
+	// Methods the middleware guards; others pass through untouched.
+	// Default POST and PATCH.
+	Methods []string
+	// RequireKey answers 400 to a guarded request without a key. By
+	// default such a request passes through unguarded.
+	RequireKey bool
+	// KeyFrom says where the key is: "header:NAME" (default
+	// "header:Idempotency-Key"), "json:/pointer" (a string field of a JSON
+	// body, RFC 6901 pointer, as Square's idempotency_key) or "form:NAME"
+	// (a field of an application/x-www-form-urlencoded body, as an OAuth
+	// authorization code). A header key is forwarded unchanged.
+	KeyFrom string
+	// Scope names who owns a key; keys never match across scopes. Default
+	// ScopeAuthorization. The result must be at most 255 bytes without
+	// control characters, or the request gets 400.
+	Scope func(*http.Request) string
+	// Lease is how long a claim is trusted without a heartbeat. The
+	// middleware heartbeats while the handler runs, so this only bounds how
+	// long a key stays blocked after the process dies (or after an upstream
+	// timeout). In transaction-bound mode it bounds the handler's whole run.
+	// Default: the ledger's (30s).
+	Lease time.Duration
+	// Retention is how long a stored response is replayed. Default: the
+	// ledger's (24h).
+	Retention time.Duration
+	// Stale overrides the ledger's stale-claim policy for these requests.
+	Stale idem.StalePolicy
+	// MaxBody is the largest request body accepted, in bytes; larger gets
+	// 413 before anything is claimed. Default 1 MiB, at most 1 GiB.
+	MaxBody int64
+	// MaxResponse is the largest response body stored, in bytes. A larger
+	// response still reaches the client, and the key records that its
+	// response cannot be replayed. Default 1 MiB, at most 64 MiB.
+	MaxResponse int64
+	// OnConflict is what a request gets while the same key is in flight.
+	// Default Reject.
+	OnConflict ConflictPolicy
+	// WaitTimeout bounds a wait under OnConflict Wait. Default 10s.
+	WaitTimeout time.Duration
+	// ServerErrors is what becomes of a 5xx answer. Default Release5xx.
+	ServerErrors ServerErrorPolicy
+	// AllowHeaders are response headers stored and replayed in addition to
+	// DefaultAllowHeaders. Credentials (Set-Cookie, Authorization,
+	// WWW-Authenticate, …) and hop-by-hop headers cannot be allowed.
+	AllowHeaders []string
+	// Exclude lists JSON Pointers (RFC 6901, "*" matches every element)
+	// of body fields left out of the fingerprint: timestamps, request ids.
+	// For form bodies, "/name" leaves out the field name.
+	Exclude []string
+	// DocsURL is linked from the 400 for a missing key. Default
+	// DefaultDocsURL.
+	DocsURL string
+	// Logger receives a line for every notable decision, carrying scope,
+	// a hash of the key, fingerprint and attempt. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// config is Options checked and filled with defaults.
+type config struct {
+	methods      map[string]bool
+	requireKey   bool
+	key          keySource
+	scope        func(*http.Request) string
+	lease        time.Duration
+	retention    time.Duration
+	stale        idem.StalePolicy
+	maxBody      int64
+	maxResponse  int64
+	onConflict   ConflictPolicy
+	waitTimeout  time.Duration
+	serverErrors ServerErrorPolicy
+	allow        map[string]bool // canonical header names
+	fpOpts       []fingerprint.Option
+	formExclude  map[string]bool
+	docsURL      string
+	log          *slog.Logger
+}
+
+func newConfig(opts *Options) (*config, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	c := &config{
+		requireKey:   o.RequireKey,
+		scope:        o.Scope,
+		lease:        o.Lease,
+		retention:    o.Retention,
+		stale:        o.Stale,
+		maxBody:      cmp.Or(o.MaxBody, DefaultMaxBody),
+		maxResponse:  cmp.Or(o.MaxResponse, DefaultMaxResponse),
+		onConflict:   o.OnConflict,
+		waitTimeout:  cmp.Or(o.WaitTimeout, DefaultWaitTimeout),
+		serverErrors: o.ServerErrors,
+		docsURL:      cmp.Or(o.DocsURL, DefaultDocsURL),
+		log:          cmp.Or(o.Logger, slog.Default()),
+	}
+	if c.scope == nil {
+		c.scope = ScopeAuthorization
+	}
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("idemhttp: %s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	c.methods = map[string]bool{}
+	methods := o.Methods
+	if len(methods) == 0 {
+		methods = DefaultMethods
+	}
+	for _, m := range methods {
+		m = strings.ToUpper(strings.TrimSpace(m))
+		if m == "" || strings.ContainsAny(m, " \t\r\n") {
+			bad("Methods", "%q is not a method", m)
+			continue
+		}
+		c.methods[m] = true
+	}
+	var err error
+	if c.key, err = parseKeyFrom(cmp.Or(o.KeyFrom, DefaultKeyFrom)); err != nil {
+		bad("KeyFrom", "%v", err)
+	}
+	if c.lease < 0 {
+		bad("Lease", "%v is negative", c.lease)
+	}
+	if c.retention < 0 {
+		bad("Retention", "%v is negative", c.retention)
+	}
+	if c.maxBody < 0 || c.maxBody > maxMaxBody {
+		bad("MaxBody", "%d is outside [1, %d]", c.maxBody, maxMaxBody)
+	}
+	if c.maxResponse < 0 || c.maxResponse > maxMaxResponse {
+		bad("MaxResponse", "%d is outside [1, %d]", c.maxResponse, maxMaxResponse)
+	}
+	if c.onConflict != Reject && c.onConflict != Wait {
+		bad("OnConflict", "unknown policy %d", c.onConflict)
+	}
+	if c.waitTimeout < 0 {
+		bad("WaitTimeout", "%v is negative", c.waitTimeout)
+	}
+	if c.serverErrors < Release5xx || c.serverErrors > Hold5xx {
+		bad("ServerErrors", "unknown policy %d", c.serverErrors)
+	}
+	c.allow = map[string]bool{}
+	for _, h := range append(append([]string(nil), DefaultAllowHeaders...), o.AllowHeaders...) {
+		name := http.CanonicalHeaderKey(strings.TrimSpace(h))
+		if name == "" {
+			continue
+		}
+		for _, never := range neverStored {
+			if name == never {
+				bad("AllowHeaders", "%s is never stored", name)
+			}
+		}
+		c.allow[name] = true
+	}
+	c.formExclude = map[string]bool{}
+	for _, p := range o.Exclude {
+		c.fpOpts = append(c.fpOpts, fingerprint.Exclude(p))
+		if name, ok := strings.CutPrefix(p, "/"); ok && !strings.Contains(name, "/") {
+			c.formExclude[unescapePointerToken(name)] = true
+		}
+	}
+	if _, err := fingerprint.Canonicalize([]byte("{}"), c.fpOpts...); err != nil {
+		bad("Exclude", "%v", err)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return c, nil
+}
+
+// op builds the ledger operation for a prepared request.
+func (c *config) op(p *prepared) idem.Op {
+	return idem.Op{Scope: p.scope, Key: p.key, Fingerprint: p.fingerprint, Lease: c.lease, Retention: c.retention, Stale: c.stale}
+}
+
+// Validate reports every problem New would refuse o for, without a
+// ledger: for command lines that check their flags before opening a
+// database.
+func (o *Options) Validate() error {
+	_, err := newConfig(o)
+	return err
+}

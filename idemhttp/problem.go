@@ -1,0 +1,65 @@
+package idemhttp
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+)
+
+// ProblemBase prefixes the type URI of every problem the middleware and the
+// gateway answer with. Each type is documented in docs/http.md.
+const ProblemBase = "https://idem.dev/problems/"
+
+// Problem type URIs, one per answer that is not the handler's own.
+const (
+	ProblemKeyMissing        = ProblemBase + "key-missing"              // 400: a key is required
+	ProblemKeyInvalid        = ProblemBase + "key-invalid"              // 400: empty, too long, not printable, malformed
+	ProblemScopeInvalid      = ProblemBase + "scope-invalid"            // 400: the scope value cannot be stored
+	ProblemBodyInvalid       = ProblemBase + "body-invalid"             // 400: unreadable, or declared JSON that is not
+	ProblemBodyTooLarge      = ProblemBase + "body-too-large"           // 413: over MaxBody; nothing claimed
+	ProblemInFlight          = ProblemBase + "request-in-flight"        // 409: the first request with the key is running
+	ProblemKeyMismatch       = ProblemBase + "key-mismatch"             // 422: the key was used for a different request
+	ProblemResponseNotStored = ProblemBase + "response-not-stored"      // 410: done, but too large or streamed to store
+	ProblemKeyExpired        = ProblemBase + "key-expired"              // 410: done long ago; only a tombstone is left
+	ProblemParked            = ProblemBase + "operation-parked"         // 409: outcome unknown, waits for an operator
+	ProblemLedgerUnavailable = ProblemBase + "ledger-unavailable"       // 503: the database did not answer; nothing ran
+	ProblemLeaseLost         = ProblemBase + "lease-lost"               // 503: the claim was taken over; effects rolled back
+	ProblemOutcomeUnknown    = ProblemBase + "outcome-unknown"          // 503: the commit may or may not have happened
+	ProblemUpstreamDown      = ProblemBase + "upstream-unreachable"     // 502: nothing was sent upstream; key released
+	ProblemUpstreamUnknown   = ProblemBase + "upstream-outcome-unknown" // 504: sent, no answer; key held until its lease ends
+)
+
+// Problem is an RFC 9457 problem details object, written as
+// application/problem+json.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+	// FirstStatus is, for a response-not-stored problem, the status the
+	// first request was answered with.
+	FirstStatus int `json:"first_status,omitempty"`
+	// RetryAfter, when positive, is sent as the Retry-After header (seconds).
+	RetryAfter int `json:"-"`
+	// Help, when set, is sent as a Link header with rel="help".
+	Help string `json:"-"`
+}
+
+// WriteProblem writes p with Content-Type application/problem+json and
+// Cache-Control no-store.
+func WriteProblem(w http.ResponseWriter, p Problem) {
+	b, _ := json.Marshal(p)
+	b = append(b, '\n')
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	if p.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(p.RetryAfter))
+	}
+	if p.Help != "" {
+		h.Set("Link", "<"+p.Help+`>; rel="help"`)
+	}
+	w.WriteHeader(p.Status)
+	w.Write(b)
+}

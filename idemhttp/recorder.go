@@ -1,0 +1,247 @@
+package idemhttp
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"fmt"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+)
+
+// recorder is the ResponseWriter a guarded handler writes to. It holds the
+// response until the handler returns, so that the ledger records it before
+// the client sees it, and stores it for replay.
+//
+// In lease-bound mode a response that cannot be stored goes straight to
+// the client instead: once it outgrows MaxResponse ("too-large"), when it
+// is a stream (text/event-stream, or flushed without a Content-Length), or
+// when the handler hijacks the connection. In transaction-bound mode
+// nothing reaches the client before the commit: a large response spills to
+// a temporary file, and Flush does nothing.
+//
+// Write errors from the client are not passed back to the handler while
+// the response is buffered or too large, so that a handler (or an upstream
+// behind a proxy) that already did the work also finishes its answer, and
+// the key can record it, when the client went away.
+type recorder struct {
+	w      http.ResponseWriter
+	h      http.Header
+	status int
+	buf    bytes.Buffer
+	limit  int64
+	lease  bool // may hand the response to the client before the handler returns
+
+	passing   string // "" while holding; else why the response went through
+	spill     *os.File
+	spilled   int64
+	clientErr error
+}
+
+var (
+	_ http.Flusher  = (*recorder)(nil)
+	_ http.Hijacker = (*recorder)(nil)
+)
+
+func newRecorder(w http.ResponseWriter, limit int64, lease bool) *recorder {
+	return &recorder{w: w, h: http.Header{}, limit: limit, lease: lease}
+}
+
+// Header returns the header map the handler fills.
+func (r *recorder) Header() http.Header {
+	if r.passing != "" {
+		return r.w.Header()
+	}
+	return r.h
+}
+
+// WriteHeader records the status. Informational statuses (103 Early Hints)
+// go to the client at once in lease-bound mode, and are dropped otherwise.
+func (r *recorder) WriteHeader(code int) {
+	if code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
+		if r.lease && r.passing == "" && r.status == 0 {
+			copyHeader(r.w.Header(), r.h)
+			r.w.WriteHeader(code)
+		}
+		return
+	}
+	if r.status != 0 {
+		return
+	}
+	r.status = code
+	if r.lease && isEventStream(r.h) {
+		r.pass(notStoredStreamed)
+	}
+}
+
+// Write buffers p, or passes it through (see recorder).
+func (r *recorder) Write(p []byte) (int, error) {
+	if r.status == 0 {
+		r.WriteHeader(http.StatusOK)
+	}
+	if r.passing == "" && int64(r.buf.Len())+r.spilled+int64(len(p)) > r.limit {
+		if r.lease {
+			r.pass(notStoredTooLarge)
+		} else {
+			return r.spillWrite(p)
+		}
+	}
+	if r.passing == "" {
+		return r.buf.Write(p)
+	}
+	if r.clientErr != nil && r.passing == notStoredTooLarge {
+		return len(p), nil
+	}
+	n, err := r.w.Write(p)
+	if err != nil && r.clientErr == nil {
+		r.clientErr = err
+	}
+	if r.passing == notStoredTooLarge {
+		return len(p), nil
+	}
+	return n, err
+}
+
+func (r *recorder) spillWrite(p []byte) (int, error) {
+	if r.spill == nil {
+		f, err := os.CreateTemp("", "idemhttp-response-*")
+		if err != nil {
+			return 0, fmt.Errorf("idemhttp: response larger than %d bytes, and no temporary file for it: %w", r.limit, err)
+		}
+		r.spill = f
+	}
+	n, err := r.spill.Write(p)
+	r.spilled += int64(n)
+	return n, err
+}
+
+// pass hands the response to the client: the status, the headers so far
+// and what is buffered; what follows goes straight through.
+func (r *recorder) pass(why string) {
+	r.passing = why
+	copyHeader(r.w.Header(), r.h)
+	r.w.WriteHeader(cmp.Or(r.status, http.StatusOK))
+	if r.buf.Len() > 0 {
+		if _, err := r.w.Write(r.buf.Bytes()); err != nil {
+			r.clientErr = err
+		}
+	}
+	r.buf = bytes.Buffer{}
+}
+
+// FlushError flushes a response that goes through. In lease-bound mode a
+// flush of a held response without Content-Length marks it as a stream
+// and sends it through; otherwise a flush does nothing.
+func (r *recorder) FlushError() error {
+	if r.passing == "" {
+		if !r.lease || r.h.Get("Content-Length") != "" {
+			return nil
+		}
+		if r.status == 0 {
+			r.WriteHeader(http.StatusOK)
+		}
+		if r.passing == "" {
+			r.pass(notStoredStreamed)
+		}
+	}
+	err := http.NewResponseController(r.w).Flush()
+	if r.passing == notStoredTooLarge {
+		return nil
+	}
+	return err
+}
+
+// Flush is FlushError for handlers that look for http.Flusher.
+func (r *recorder) Flush() { _ = r.FlushError() }
+
+// Hijack hands the connection to the handler; the key then records that
+// its response cannot be replayed. Not supported in transaction-bound mode.
+func (r *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	if !r.lease {
+		return nil, nil, fmt.Errorf("idemhttp: hijacking in transaction-bound mode: %w", http.ErrNotSupported)
+	}
+	conn, rw, err := http.NewResponseController(r.w).Hijack()
+	if err == nil {
+		r.passing = notStoredHijacked
+	}
+	return conn, rw, err
+}
+
+// Unwrap gives http.ResponseController the client's writer for the
+// methods recorder does not intercept (deadlines, full duplex).
+func (r *recorder) Unwrap() http.ResponseWriter { return r.w }
+
+// held reports whether the whole response is still with the recorder.
+func (r *recorder) held() bool { return r.passing == "" }
+
+// result is the status, headers and body of a held response, with its
+// Content-Type sniffed as net/http would, so that the stored headers are
+// the ones the client gets.
+func (r *recorder) result() (int, http.Header, []byte) {
+	status := cmp.Or(r.status, http.StatusOK)
+	body := r.buf.Bytes()
+	if _, set := r.h["Content-Type"]; !set && len(body) > 0 && bodyAllowed(status) && r.spill == nil {
+		r.h.Set("Content-Type", http.DetectContentType(body))
+	}
+	return status, r.h, body
+}
+
+// send writes a held response to the client. Errors are the client's
+// problem (it went away); the key has recorded the response already.
+func (r *recorder) send() {
+	if r.passing != "" {
+		return
+	}
+	status, h, body := r.result()
+	dst := r.w.Header()
+	copyHeader(dst, h)
+	if !bodyAllowed(status) {
+		dst.Del("Content-Length")
+		r.w.WriteHeader(status)
+		return
+	}
+	dst.Set("Content-Length", strconv.FormatInt(int64(len(body))+r.spilled, 10))
+	r.w.WriteHeader(status)
+	if _, err := r.w.Write(body); err != nil || r.spill == nil {
+		return
+	}
+	if _, err := r.spill.Seek(0, io.SeekStart); err == nil {
+		io.Copy(r.w, r.spill)
+	}
+}
+
+// discard forgets the handler's response, for answering with a problem
+// instead (transaction-bound mode, when the commit failed).
+func (r *recorder) discard() {
+	r.h = http.Header{}
+	r.buf = bytes.Buffer{}
+}
+
+// close removes the spill file, if any.
+func (r *recorder) close() {
+	if r.spill != nil {
+		r.spill.Close()
+		os.Remove(r.spill.Name())
+		r.spill = nil
+	}
+}
+
+func copyHeader(dst, src http.Header) {
+	for k, v := range src {
+		dst[k] = v
+	}
+}
+
+func isEventStream(h http.Header) bool {
+	mt, _, _ := mime.ParseMediaType(h.Get("Content-Type"))
+	return mt == "text/event-stream"
+}
+
+// bodyAllowed mirrors net/http: 1xx, 204 and 304 responses have no body.
+func bodyAllowed(status int) bool {
+	return !(status >= 100 && status < 200) && status != http.StatusNoContent && status != http.StatusNotModified
+}

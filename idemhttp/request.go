@@ -1,0 +1,137 @@
+package idemhttp
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/idemdev/idem"
+)
+
+// prepared is what the ledger needs from a guarded request, gathered
+// without any database access.
+type prepared struct {
+	scope       string
+	key         string
+	fingerprint string
+}
+
+// prepare reads the key, the body (at most MaxBody+1 bytes), the scope and
+// the fingerprint of r. It returns nil and no problem when r carries no key
+// and none is required: the request then passes through unguarded, its body
+// (if read) restored. A problem is answered before anything is claimed.
+func (c *config) prepare(r *http.Request) (*prepared, *Problem) {
+	var key string
+	if !c.key.needsBody() {
+		k, err := c.key.fromHeader(r.Header)
+		if errors.Is(err, errNoKey) {
+			return nil, c.missingKey()
+		}
+		if err != nil {
+			return nil, badKey(err)
+		}
+		key = k
+	}
+
+	body, prob := c.readBody(r)
+	if prob != nil {
+		return nil, prob
+	}
+	mt := mediaType(r)
+	var form url.Values
+	if mt == formType || c.key.kind == keyForm {
+		f, err := url.ParseQuery(string(body))
+		if err != nil && c.key.kind == keyForm {
+			return nil, &Problem{Type: ProblemBodyInvalid, Title: "Malformed form body", Status: http.StatusBadRequest,
+				Detail: fmt.Sprintf("The key is read from %s, but the body is not a form: %v.", c.key, err)}
+		}
+		if err == nil {
+			form = f
+		}
+	}
+	if c.key.needsBody() {
+		k, err := c.key.fromBody(body, form)
+		switch {
+		case errors.Is(err, errNoKey):
+			return nil, c.missingKey()
+		case errors.Is(err, errBadBody):
+			return nil, &Problem{Type: ProblemBodyInvalid, Title: "Malformed request body", Status: http.StatusBadRequest, Detail: err.Error()}
+		case err != nil:
+			return nil, badKey(err)
+		}
+		key = k
+	}
+
+	scope := c.scope(r)
+	if err := checkScope(scope); err != nil {
+		return nil, &Problem{Type: ProblemScopeInvalid, Title: "Invalid scope", Status: http.StatusBadRequest, Detail: err.Error()}
+	}
+	fp, err := c.requestFingerprint(r, body, mt, form)
+	if err != nil {
+		return nil, &Problem{Type: ProblemBodyInvalid, Title: "Malformed request body", Status: http.StatusBadRequest, Detail: err.Error()}
+	}
+	return &prepared{scope: scope, key: key, fingerprint: fp}, nil
+}
+
+// missingKey is nil (pass through) unless a key is required.
+func (c *config) missingKey() *Problem {
+	if !c.requireKey {
+		return nil
+	}
+	return &Problem{Type: ProblemKeyMissing, Title: "Idempotency key required", Status: http.StatusBadRequest,
+		Detail: fmt.Sprintf("This endpoint requires an idempotency key in the %s; see %s.", c.key, c.docsURL),
+		Help:   c.docsURL}
+}
+
+func badKey(err error) *Problem {
+	return &Problem{Type: ProblemKeyInvalid, Title: "Invalid idempotency key", Status: http.StatusBadRequest, Detail: err.Error() + "."}
+}
+
+// readBody reads the whole body, at most MaxBody+1 bytes of it, and puts
+// it back on r (with GetBody, so a proxy may resend it).
+func (c *config) readBody(r *http.Request) ([]byte, *Problem) {
+	tooLarge := &Problem{Type: ProblemBodyTooLarge, Title: "Request body too large", Status: http.StatusRequestEntityTooLarge,
+		Detail: fmt.Sprintf("The body is larger than %d bytes; nothing was done.", c.maxBody)}
+	if r.ContentLength > c.maxBody {
+		return nil, tooLarge
+	}
+	var body []byte
+	if r.Body != nil && r.Body != http.NoBody {
+		b, err := io.ReadAll(io.LimitReader(r.Body, c.maxBody+1))
+		if err != nil {
+			return nil, &Problem{Type: ProblemBodyInvalid, Title: "Unreadable request body", Status: http.StatusBadRequest, Detail: err.Error()}
+		}
+		if int64(len(b)) > c.maxBody {
+			return nil, tooLarge
+		}
+		body = b
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	r.ContentLength = int64(len(body))
+	r.TransferEncoding = nil
+	if len(body) == 0 {
+		r.Body, r.GetBody = http.NoBody, nil
+	}
+	return body, nil
+}
+
+func checkScope(s string) error {
+	switch {
+	case len(s) > idem.MaxScopeLen:
+		return fmt.Errorf("the scope is %d bytes, longer than %d", len(s), idem.MaxScopeLen)
+	case !utf8.ValidString(s):
+		return errors.New("the scope is not valid UTF-8")
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return errors.New("the scope has a control character")
+		}
+	}
+	return nil
+}

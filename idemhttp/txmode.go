@@ -1,0 +1,109 @@
+package idemhttp
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/internal/crashpoint"
+)
+
+// serveTx is the transaction-bound mode: begin, claim in the transaction,
+// run the handler with it, record the response in it, commit, answer.
+func (g *guard) serveTx(w http.ResponseWriter, r *http.Request, next http.Handler, op idem.Op) {
+	deadline := time.Now().Add(g.cfg.waitTimeout)
+	for {
+		// The transaction outlives the client: a disconnect must not roll
+		// back a handler that finished. Its lifetime is bounded by the
+		// lease below, past which CompleteTx would be refused anyway.
+		ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+		tx, err := g.l.Driver().DB().BeginTx(ctx, nil)
+		if err != nil {
+			cancel()
+			g.answer(w, r, op, nil, err)
+			return
+		}
+		c, err := g.l.ClaimTx(ctx, tx, op)
+		if err == nil && c.Outcome.Held() {
+			timer := time.AfterFunc(c.Op.Lease+time.Second, cancel)
+			g.runTx(ctx, w, r, next, tx, c)
+			timer.Stop()
+			cancel()
+			return
+		}
+		tx.Rollback()
+		cancel()
+		if g.waitable(c, err) && g.waitFor(r.Context(), op, deadline) {
+			continue
+		}
+		g.answer(w, r, op, c, err)
+		return
+	}
+}
+
+func (g *guard) runTx(ctx context.Context, w http.ResponseWriter, r *http.Request, next http.Handler, tx *sql.Tx, c *idem.Claim) {
+	ctl := &control{claim: c, tx: tx}
+	rec := newRecorder(w, g.cfg.maxResponse, false)
+	defer rec.close()
+	defer tx.Rollback() // after a commit, a no-op; after a panic, the claim goes with the effects
+
+	next.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), controlKey{}, ctl)))
+	crashpoint.Hit(crashpoint.AfterCall)
+
+	status := cmp.Or(rec.status, http.StatusOK)
+	var res idem.Result
+	switch act := g.decide(ctl, rec); act {
+	case actRelease, actLeave:
+		// Rolled back: the effects and the claim are gone, so the outcome
+		// is known after all (nothing happened) and a retry starts clean.
+		tx.Rollback()
+		g.logOp(ctx, slog.LevelInfo, "rolled back; key free", c.Op, c.Token, slog.Int("status", status))
+		rec.send()
+		return
+	case actNotStored:
+		res = notStoredResult(status, rec.notStoredReason())
+	default:
+		s, h, body := rec.result()
+		res = g.cfg.storedResult(s, h, body)
+	}
+
+	err := g.complete(ctx, tx, c, res)
+	if err != nil && !errors.Is(err, idem.ErrLeaseLost) && status >= 400 {
+		// The handler's own failure most likely broke the transaction (on
+		// PostgreSQL a failed statement aborts it). Nothing commits, so its
+		// error answer is true as it stands; the key is free.
+		tx.Rollback()
+		g.logOp(ctx, slog.LevelInfo, "transaction unusable after an error answer; rolled back, key free", c.Op, c.Token, slog.Int("status", status), slog.Any("err", err))
+		rec.send()
+		return
+	}
+	if err != nil {
+		tx.Rollback()
+		rec.discard()
+		if errors.Is(err, idem.ErrLeaseLost) {
+			g.logOp(ctx, slog.LevelWarn, "lease ended before commit; rolled back", c.Op, c.Token)
+			WriteProblem(w, Problem{Type: ProblemLeaseLost, Title: "Took longer than the lease", Status: http.StatusServiceUnavailable,
+				Detail: "The request took longer than its lease allows; nothing was committed. Retry with the same key.", RetryAfter: 1})
+			return
+		}
+		g.logOp(ctx, slog.LevelError, "recording the response failed; rolled back", c.Op, c.Token, slog.Any("err", err))
+		WriteProblem(w, Problem{Type: ProblemLedgerUnavailable, Title: "Idempotency ledger unavailable", Status: http.StatusServiceUnavailable,
+			Detail: "Nothing was committed. Retry with the same key.", RetryAfter: 1})
+		return
+	}
+	crashpoint.Hit(crashpoint.BeforeCommit)
+	if err := tx.Commit(); err != nil {
+		rec.discard()
+		g.logOp(ctx, slog.LevelError, "commit failed; outcome unknown", c.Op, c.Token, slog.Any("err", err))
+		WriteProblem(w, Problem{Type: ProblemOutcomeUnknown, Title: "Outcome unknown", Status: http.StatusServiceUnavailable,
+			Detail: "The commit may or may not have happened. Retry with the same key: you get the stored response, or the request is handled afresh.", RetryAfter: 1})
+		return
+	}
+	crashpoint.Hit(crashpoint.AfterCommit)
+	rec.send()
+}
