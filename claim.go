@@ -198,7 +198,7 @@ func (l *Ledger) decide(ctx context.Context, q driver.Querier, op Op, p driver.C
 	case giveInFlight:
 		return &Claim{Outcome: InFlight, Op: op, Record: r}, nil
 	case giveMismatch:
-		l.logOp(ctx, slog.LevelInfo, "key reused with a different fingerprint", op, r.Attempt, slog.String("stored_fingerprint", r.Fingerprint))
+		l.logOp(ctx, slog.LevelDebug, "key reused with a different fingerprint", op, r.Attempt, slog.String("stored_fingerprint", r.Fingerprint))
 		return &Claim{Outcome: Mismatch, Op: op, Record: r}, nil
 	case giveParked:
 		return &Claim{Outcome: Parked, Op: op, Record: r}, nil

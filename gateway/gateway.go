@@ -56,11 +56,16 @@ type Config struct {
 	// Logger receives proxy errors. Default slog.Default(); Options.Logger
 	// defaults to it too.
 	Logger *slog.Logger
+	// AddedLatency, when set, is told for every guarded request that was
+	// forwarded how long the gateway took beyond the upstream call itself
+	// (claim, fingerprint, store). metrics.Collector.GatewayAdded fits.
+	AddedLatency func(time.Duration)
 }
 
 // Gateway is an http.Handler forwarding to one upstream.
 type Gateway struct {
 	handler http.Handler
+	added   func(time.Duration)
 }
 
 // New builds a gateway on l. The error names every bad option.
@@ -103,11 +108,27 @@ func New(l *idem.Ledger, cfg *Config) (*Gateway, error) {
 		ErrorHandler: f.upstreamFailed,
 		ErrorLog:     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	return &Gateway{handler: mw(f)}, nil
+	return &Gateway{handler: mw(f), added: c.AddedLatency}, nil
 }
 
+// upstreamTime carries how long the upstream call of one request took.
+type upstreamTime struct{ d atomic.Int64 }
+
+type upstreamTimeKey struct{}
+
 // ServeHTTP guards r and forwards it.
-func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.handler.ServeHTTP(w, r) }
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if g.added == nil {
+		g.handler.ServeHTTP(w, r)
+		return
+	}
+	ut := &upstreamTime{}
+	start := time.Now()
+	g.handler.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), upstreamTimeKey{}, ut)))
+	if up := time.Duration(ut.d.Load()); up > 0 {
+		g.added(max(time.Since(start)-up, 0))
+	}
+}
 
 // forwarder is the handler behind the middleware.
 type forwarder struct {
@@ -137,7 +158,11 @@ func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		WroteHeaders: func() { tr.sent.Store(true) },
 	})
+	start := time.Now()
 	f.proxy.ServeHTTP(heldFlush{w}, r.WithContext(ctx))
+	if ut, ok := ctx.Value(upstreamTimeKey{}).(*upstreamTime); ok {
+		ut.d.Store(int64(max(time.Since(start), 1)))
+	}
 }
 
 // upstreamFailed answers a failed upstream call and tells the middleware

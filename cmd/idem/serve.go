@@ -16,9 +16,10 @@ import (
 	"time"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/admin"
 	"github.com/idemdev/idem/gateway"
 	"github.com/idemdev/idem/idemhttp"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/idemdev/idem/metrics"
 )
 
 const serveUsage = "idem serve --upstream URL [--listen ADDR] [--db URL] [flags]\n       idem serve --demo [flags]"
@@ -35,6 +36,9 @@ func init() {
 // serveConfig is everything `idem serve` was told.
 type serveConfig struct {
 	upstream, listen, db, admin   string
+	adminToken                    string
+	adminWrite                    bool
+	pruneEvery                    time.Duration
 	demo, requireKey              bool
 	scopeHeader, keyFrom, methods string
 	lease, retention              time.Duration
@@ -54,7 +58,10 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.StringVar(&c.upstream, "upstream", "", "`URL` of the API to put idem in front of (required unless --demo)")
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "`address` to serve on")
 	fs.StringVar(&c.db, "db", "sqlite:idem.db", "ledger database `URL`: sqlite:PATH, or postgres://… for several gateways")
-	fs.StringVar(&c.admin, "admin", "", "`address` for /healthz and /metrics (off when empty)")
+	fs.StringVar(&c.admin, "admin", "", "`address` for the admin page, /healthz and /metrics (off when empty)")
+	fs.StringVar(&c.adminToken, "admin-token", "", "`token` required by the admin page (needed when --admin is not loopback; at least 16 bytes)")
+	fs.BoolVar(&c.adminWrite, "admin-write", false, "let the admin page reconcile parked and stale claims")
+	fs.DurationVar(&c.pruneEvery, "prune-every", 10*time.Minute, "run the retention sweep this often (0 disables; see idem prune)")
 	fs.BoolVar(&c.demo, "demo", false, "also start a built-in demo payments API and forward to it")
 	fs.BoolVar(&c.requireKey, "require-key", false, "answer 400 to a guarded request without a key (default: pass it through)")
 	fs.StringVar(&c.scopeHeader, "scope-header", "Authorization", "request `header` that scopes keys: Authorization (SHA-256 of its value), another header such as X-Tenant-ID (its value), or none")
@@ -245,6 +252,10 @@ func (c *serveConfig) run(ctx context.Context, stdout, stderr io.Writer) int {
 	c.ledgerOpts.Logger, c.ledgerOpts.HashKeysInLogs = log, c.log.hashKeys
 	c.idemOpts.Logger = log
 
+	driverName, _, _ := strings.Cut(c.db, ":")
+	m := metrics.New(strings.TrimSuffix(strings.TrimSuffix(driverName, "ql"), "3"))
+	c.ledgerOpts.Observer = m.FaceObserver(metrics.FaceGateway)
+
 	openCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	l, err := idem.Open(openCtx, c.db, &c.ledgerOpts)
 	cancel()
@@ -253,6 +264,12 @@ func (c *serveConfig) run(ctx context.Context, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer l.Close()
+	m.CountFrom(l, nil)
+	if c.pruneEvery > 0 {
+		pctx, stopPrune := context.WithCancel(ctx)
+		defer stopPrune()
+		go pruneLoop(pctx, l, c.pruneEvery, log)
+	}
 
 	var closers []func()
 	defer func() {
@@ -272,7 +289,7 @@ func (c *serveConfig) run(ctx context.Context, stdout, stderr io.Writer) int {
 		c.upstreamURL = &url.URL{Scheme: "http", Host: ln.Addr().String()}
 	}
 
-	gw, err := gateway.New(l, &gateway.Config{Upstream: c.upstreamURL, Options: &c.idemOpts, Timeout: c.timeout, Logger: log})
+	gw, err := gateway.New(l, &gateway.Config{Upstream: c.upstreamURL, Options: &c.idemOpts, Timeout: c.timeout, Logger: log, AddedLatency: m.GatewayAdded})
 	if err != nil {
 		fmt.Fprintf(stderr, "idem serve: %v\n", err)
 		return 2
@@ -294,9 +311,16 @@ func (c *serveConfig) run(ctx context.Context, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "idem serve: --admin: %v\n", err)
 			return 1
 		}
-		adminSrv = &http.Server{Handler: adminHandler(l), ReadHeaderTimeout: 10 * time.Second}
+		ah, err := admin.New(l, &admin.Options{Addr: c.admin, Token: c.adminToken, Write: c.adminWrite, Metrics: m, Logger: log})
+		if err != nil {
+			srv.Close()
+			aln.Close()
+			fmt.Fprintf(stderr, "idem serve: --admin: %v\n", err)
+			return 2
+		}
+		adminSrv = &http.Server{Handler: ah, ReadHeaderTimeout: 10 * time.Second}
 		go func() { failed <- adminSrv.Serve(aln) }()
-		fmt.Fprintf(stderr, "idem serve: admin on http://%s (/healthz, /metrics)\n", aln.Addr())
+		fmt.Fprintf(stderr, "idem serve: admin on http://%s (/, /healthz, /metrics)\n", aln.Addr())
 	}
 
 	addr := ln.Addr().String()
@@ -337,20 +361,26 @@ func (c *serveConfig) run(ctx context.Context, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// adminHandler serves /healthz (the database answers) and /metrics.
-func adminHandler(l *idem.Ledger) http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		if err := l.Driver().DB().PingContext(ctx); err != nil {
-			http.Error(w, "database: "+err.Error(), http.StatusServiceUnavailable)
+// pruneLoop runs the retention sweep every interval until ctx ends. Safe
+// beside other gateways and `idem prune`: batches skip rows others hold.
+func pruneLoop(ctx context.Context, l *idem.Ledger, every time.Duration, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
 			return
+		case <-t.C:
+			st, err := l.Prune(ctx, nil)
+			if err != nil && ctx.Err() == nil {
+				log.Warn("idem serve: prune failed", "err", err)
+				continue
+			}
+			if st.Tombstoned+st.Deleted > 0 {
+				log.Info("idem serve: pruned", "tombstoned", st.Tombstoned, "deleted", st.Deleted, "batches", st.Batches)
+			}
 		}
-		io.WriteString(w, "ok\n")
-	})
-	mux.Handle("GET /metrics", promhttp.Handler())
-	return mux
+	}
 }
 
 // redactDB hides a password in a database URL for logs.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
@@ -265,12 +266,21 @@ func TestServeDemo(t *testing.T) {
 	if gw.admin == "" {
 		t.Fatalf("no admin address in the log:\n%s", gw.out.String())
 	}
-	for _, path := range []string{"/healthz", "/metrics"} {
+	want := map[string]string{
+		"/healthz": "ok",
+		"/metrics": `idem_claims_total{driver="sqlite",face="gateway",outcome="replay"} 1`,
+		"/":        "parked",
+	}
+	for path, text := range want {
 		resp, err := http.Get(gw.admin + path)
 		if err != nil || resp.StatusCode != 200 {
 			t.Fatalf("admin %s: %v %v", path, resp, err)
 		}
+		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
+		if !strings.Contains(string(body), text) {
+			t.Errorf("admin %s lacks %q:\n%.2000s", path, text, body)
+		}
 	}
 }
 
