@@ -196,6 +196,7 @@ type Ledger interface {
 // Driver is one open database.
 type Driver interface {
 	Ledger
+	Work // jobs, outbox and inbox (driver/jobs.go)
 	// Name is "sqlite" or "postgres".
 	Name() string
 	// DB is the pool that user transactions run on (Do, CompleteTx). On

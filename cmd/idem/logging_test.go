@@ -43,7 +43,7 @@ func TestLoggerFormatsLevelsAndRedaction(t *testing.T) {
 func TestLedgerHashesKeysInLogs(t *testing.T) {
 	t.Parallel()
 	var buf bytes.Buffer
-	f := &logFlags{format: "text", level: "info", hashKeys: true}
+	f := &logFlags{format: "text", level: "debug", hashKeys: true}
 	log, _ := f.logger(&buf)
 	ctx := context.Background()
 	l, err := idem.Open(ctx, "sqlite:"+filepath.Join(t.TempDir(), "idem.db"), &idem.Options{Logger: log, HashKeysInLogs: f.hashKeys})

@@ -1,0 +1,199 @@
+package driver
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Work is what the jobs, outbox and inbox packages need from a database,
+// beyond the ledger. The outbox is built on jobs and needs nothing of its
+// own.
+type Work interface {
+	Jobs
+	Inbox
+}
+
+// JobState is where a job is in its life, as stored.
+type JobState string
+
+// The states a job can be in. A job waiting for its first run, for a retry
+// after backoff, or for its scheduled time is available with a run_at in
+// the future; there is no separate scheduled state to move jobs through.
+const (
+	JobAvailable JobState = "available" // waiting to be claimed once run_at has come
+	JobRunning   JobState = "running"   // claimed by a worker under a lease
+	JobCompleted JobState = "completed" // done; kept until pruned
+	JobDead      JobState = "dead"      // out of attempts or failed permanently; kept until an operator acts
+)
+
+// JobInsert is one job to enqueue.
+type JobInsert struct {
+	Queue, Kind string
+	Args        []byte
+	// UniqueKey, when not empty, makes the insert a no-op if a job with the
+	// same (Queue, UniqueKey) exists in any state; the existing job is
+	// returned instead.
+	UniqueKey   string
+	MaxAttempts int
+	// RunAt, when not zero, is when the job becomes claimable (the caller's
+	// clock). Otherwise the job is claimable at the database's now + Delay.
+	RunAt time.Time
+	Delay time.Duration
+}
+
+// JobError is one failed attempt, as recorded on the job.
+type JobError struct {
+	Attempt int
+	At      time.Time
+	Error   string
+}
+
+// DecodeJobErrors parses the errors column, which both drivers store as a
+// JSON array of {"attempt": n, "at": unix_ms, "error": "..."}.
+func DecodeJobErrors(b []byte) ([]JobError, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	var raw []struct {
+		Attempt int    `json:"attempt"`
+		At      int64  `json:"at"`
+		Error   string `json:"error"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return nil, fmt.Errorf("job errors: %w", err)
+	}
+	out := make([]JobError, len(raw))
+	for i, e := range raw {
+		out[i] = JobError{Attempt: e.Attempt, At: time.UnixMilli(e.At), Error: e.Error}
+	}
+	return out, nil
+}
+
+// JobRow is one row of the job table.
+type JobRow struct {
+	ID          int64
+	Queue, Kind string
+	Args        []byte
+	State       JobState
+	// Attempt is the fencing token: every claim adds one and it never goes
+	// back. It also counts attempts against MaxAttempts.
+	Attempt     int
+	MaxAttempts int
+	// LeaseID is drawn at random by each claim; fenced writes check it with
+	// Attempt.
+	LeaseID     int64
+	LeaseUntil  time.Time // zero unless running
+	Worker      string    // the claimer's id; kept after the run for inspection
+	RunAt       time.Time
+	UniqueKey   string
+	Errors      []JobError
+	Result      []byte
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+	AttemptedAt time.Time // zero until first claimed
+	FinalizedAt time.Time // zero unless completed or dead
+	// Now is the database clock at the statement that read the row.
+	Now time.Time
+}
+
+// JobFence identifies one claim of one job. A fenced write acts only while
+// the job is running with this attempt and lease id and its lease has not
+// ended; otherwise it returns ErrFenced and writes nothing.
+type JobFence struct {
+	ID      int64
+	Attempt int
+	LeaseID int64
+}
+
+// ClaimJobsParams asks for up to Limit due jobs of one queue.
+type ClaimJobsParams struct {
+	Queue  string
+	Worker string
+	Limit  int
+	// LeaseID is stamped on every job of the batch.
+	LeaseID int64
+	Lease   time.Duration
+	// RescueLimit bounds how many expired running jobs of the queue the
+	// same transaction hands back (available, or dead when out of
+	// attempts). Zero skips the rescue.
+	RescueLimit int
+}
+
+// FinishJobParams ends a claim. State is JobCompleted (Result stored),
+// JobAvailable (a retry, claimable after Delay, or a release with Delay 0),
+// or JobDead. Error, when not empty, is appended to the job's errors.
+type FinishJobParams struct {
+	JobFence
+	State  JobState
+	Result []byte
+	Error  string
+	Delay  time.Duration
+}
+
+// JobFilter selects jobs for operators. Zero values match everything.
+type JobFilter struct {
+	Queue string
+	State JobState
+	Kind  string
+	// KeyPrefix selects jobs whose unique key starts with it.
+	KeyPrefix string
+	// AfterID pages: only jobs with a larger id.
+	AfterID int64
+	Limit   int // default 100
+}
+
+// Jobs is what a database implements for the leased job queue. Every write
+// is one short transaction (or one statement); none is held open while a
+// job runs.
+type Jobs interface {
+	// EnqueueJobs inserts jobs in order. dup[i] reports that jobs[i] had a
+	// unique key already taken, in which case rows[i] is the existing job.
+	// With a non-nil q it runs inside the caller's transaction; otherwise a
+	// batch is inserted in one transaction of its own.
+	EnqueueJobs(ctx context.Context, q Querier, jobs []JobInsert) (rows []JobRow, dup []bool, err error)
+	// NotifyJobs tells listening workers that the queues have new jobs; in
+	// the caller's transaction, the notice is sent when it commits. A no-op
+	// where the database cannot notify.
+	NotifyJobs(ctx context.Context, q Querier, queues []string) error
+	// ListenJobs calls ready once it is listening, then wake with a queue
+	// name for each notice, until ctx ends or the connection fails. It
+	// returns errors.ErrUnsupported at once where the database cannot
+	// notify; workers then poll.
+	ListenJobs(ctx context.Context, ready func(), wake func(queue string)) error
+	// ClaimJobs claims up to Limit available jobs of the queue whose run_at
+	// has come, oldest first: each becomes running with attempt+1, the
+	// batch's lease id and a lease from the database clock. In the same
+	// short transaction it rescues expired running jobs of the queue (see
+	// ClaimJobsParams.RescueLimit); a rescued job is claimable from the next
+	// claim on. On PostgreSQL the claim skips rows another claimer has
+	// locked.
+	ClaimJobs(ctx context.Context, p ClaimJobsParams) ([]JobRow, error)
+	// HeartbeatJob extends a held lease to now+lease. ErrFenced if the claim
+	// is no longer held.
+	HeartbeatJob(ctx context.Context, f JobFence, lease time.Duration) (time.Time, error)
+	// FinishJob ends a held claim, inside the caller's transaction when q is
+	// not nil. ErrFenced if the claim is no longer held; nothing is written.
+	FinishJob(ctx context.Context, q Querier, p FinishJobParams) error
+	// FinishJobs ends many claims in one transaction (group commit), each
+	// fenced on its own: fenced[i] reports that ps[i] changed nothing. An
+	// error means none, some or all may have been applied.
+	FinishJobs(ctx context.Context, ps []FinishJobParams) (fenced []bool, err error)
+	// GetJob reads one job. ErrNotFound if there is none.
+	GetJob(ctx context.Context, id int64) (JobRow, error)
+	// ListJobs returns jobs matching f, by id.
+	ListJobs(ctx context.Context, f JobFilter) ([]JobRow, error)
+	// CountJobs counts the jobs of a queue (all queues if empty) by state.
+	CountJobs(ctx context.Context, queue string) (map[JobState]int, error)
+	// RequeueJob makes a dead job available now, with attempts more
+	// attempts beyond the ones it used. ErrNotFound if there is no such job;
+	// ErrConflict if it is not dead.
+	RequeueJob(ctx context.Context, id int64, attempts int) (JobRow, error)
+	// DeleteJob deletes a job in one of states. ErrNotFound if there is no
+	// such job; ErrConflict if it is in another state.
+	DeleteJob(ctx context.Context, id int64, states []JobState) error
+	// PruneJobs deletes up to limit completed jobs finalized at least
+	// olderThan ago. It never touches available, running or dead jobs.
+	PruneJobs(ctx context.Context, olderThan time.Duration, limit int) (int, error)
+}

@@ -1,0 +1,519 @@
+package postgres
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemdev/idem/driver"
+	"github.com/jackc/pgx/v5"
+)
+
+// jobChannel is the LISTEN/NOTIFY channel; the payload is a queue name.
+const jobChannel = "idem_jobs"
+
+var jobColNames = []string{"id", "queue", "kind", "args", "state", "attempt", "max_attempts", "lease_id", "lease_until",
+	"worker", "run_at", "unique_key", "errors", "result", "created_at", "updated_at", "attempted_at", "finalized_at"}
+
+// jobCols lists the job columns, each prefixed with p (e.g. "j.").
+func jobCols(p string) string {
+	return p + strings.Join(jobColNames, ", "+p)
+}
+
+// jobClock binds $1 as the statement's clock. statement_timestamp(), not
+// now(): inside a caller's long transaction (CompleteTx) now() is when the
+// transaction began, and a lease must be judged by the time of the write.
+const jobClock = `WITH c AS (SELECT coalesce($1::timestamptz, statement_timestamp()) AS now) `
+
+// epochMS is the clock in Unix milliseconds, as the errors column stores it.
+const epochMS = `(extract(epoch FROM c.now) * 1000)::bigint`
+
+// appendError appends one entry (error text expr) to j.errors.
+func appendError(expr string) string {
+	return `j.errors || jsonb_build_array(jsonb_build_object('attempt', j.attempt, 'at', ` + epochMS + `, 'error', ` + expr + `))`
+}
+
+// scanJob reads jobCols followed by the clock.
+func scanJob(s scanner) (driver.JobRow, error) {
+	var (
+		j                                    driver.JobRow
+		state                                string
+		errs                                 []byte
+		key                                  sql.NullString
+		leaseUntil, attemptedAt, finalizedAt sql.NullTime
+	)
+	err := s.Scan(&j.ID, &j.Queue, &j.Kind, &j.Args, &state, &j.Attempt, &j.MaxAttempts, &j.LeaseID, &leaseUntil,
+		&j.Worker, &j.RunAt, &key, &errs, &j.Result, &j.CreatedAt, &j.UpdatedAt, &attemptedAt, &finalizedAt, &j.Now)
+	if err != nil {
+		return j, err
+	}
+	j.State = driver.JobState(state)
+	j.UniqueKey = key.String
+	j.LeaseUntil, j.AttemptedAt, j.FinalizedAt = leaseUntil.Time, attemptedAt.Time, finalizedAt.Time
+	if j.Errors, err = driver.DecodeJobErrors(errs); err != nil {
+		return j, err
+	}
+	return j, nil
+}
+
+func scanJobs(rows *sql.Rows) ([]driver.JobRow, error) {
+	defer rows.Close()
+	var out []driver.JobRow
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, j)
+	}
+	return out, rows.Err()
+}
+
+// nullIfEmpty stores an empty unique key as NULL, which never conflicts.
+func nullIfEmpty(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func orDB(q driver.Querier, db *sql.DB) driver.Querier {
+	if q == nil {
+		return db
+	}
+	return q
+}
+
+// EnqueueJobs inserts jobs in order; a taken unique key returns the
+// existing job. Without q, a batch gets its own transaction.
+func (d *Driver) EnqueueJobs(ctx context.Context, q driver.Querier, jobs []driver.JobInsert) ([]driver.JobRow, []bool, error) {
+	if q != nil || len(jobs) == 1 {
+		return d.enqueue(ctx, orDB(q, d.db), jobs)
+	}
+	tx, err := d.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("postgres: enqueue: %w", err)
+	}
+	defer tx.Rollback()
+	rows, dup, err := d.enqueue(ctx, tx, jobs)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, nil, fmt.Errorf("postgres: enqueue: %w", err)
+	}
+	return rows, dup, nil
+}
+
+// enqueue inserts a batch in one statement; only the jobs whose unique key
+// was taken are then read one by one.
+func (d *Driver) enqueue(ctx context.Context, q driver.Querier, jobs []driver.JobInsert) ([]driver.JobRow, []bool, error) {
+	if len(jobs) == 1 {
+		row, dup, err := d.enqueueOne(ctx, q, jobs[0])
+		if err != nil {
+			return nil, nil, err
+		}
+		return []driver.JobRow{row}, []bool{dup}, nil
+	}
+	var (
+		queues, kinds, keys []string
+		args                [][]byte
+		attempts            []int32
+		runAtUS, delays     []int64
+	)
+	for _, j := range jobs {
+		a := j.Args
+		if a == nil {
+			a = []byte{}
+		}
+		var us int64 // 0: now + delay
+		if !j.RunAt.IsZero() {
+			us = j.RunAt.UnixMicro()
+		}
+		queues, kinds, keys, args = append(queues, j.Queue), append(kinds, j.Kind), append(keys, j.UniqueKey), append(args, a)
+		attempts, runAtUS, delays = append(attempts, int32(j.MaxAttempts)), append(runAtUS, us), append(delays, j.Delay.Milliseconds())
+	}
+	// Rows are inserted in input order (ORDER BY v.ord), so their ids grow
+	// in input order: the inserted rows, by id, are the non-duplicates in
+	// order. Each match is checked all the same.
+	rows, err := q.QueryContext(ctx, jobClock+`, v AS (
+	SELECT * FROM unnest($2::text[], $3::text[], $4::bytea[], $5::int[], $6::bigint[], $7::bigint[], $8::text[])
+		WITH ORDINALITY AS v(queue, kind, args, max_attempts, run_at_us, delay_ms, unique_key, ord)),
+ins AS (
+	INSERT INTO idem_jobs (queue, kind, args, state, max_attempts, run_at, unique_key, created_at, updated_at)
+	SELECT v.queue, v.kind, v.args, 'available', v.max_attempts,
+		CASE WHEN v.run_at_us = 0 THEN c.now + v.delay_ms`+msInterval+`
+			ELSE timestamptz 'epoch' + v.run_at_us * interval '1 microsecond' END,
+		nullif(v.unique_key, ''), c.now, c.now
+	FROM v, c ORDER BY v.ord
+	ON CONFLICT (queue, unique_key) DO NOTHING
+	RETURNING *)
+SELECT `+jobCols("ins.")+`, c.now FROM ins, c ORDER BY ins.id`,
+		d.clock(), queues, kinds, args, attempts, runAtUS, delays, keys)
+	if err != nil {
+		return nil, nil, fmt.Errorf("postgres: enqueue: %w", err)
+	}
+	inserted, err := scanJobs(rows)
+	if err != nil {
+		return nil, nil, fmt.Errorf("postgres: enqueue: %w", err)
+	}
+	out := make([]driver.JobRow, len(jobs))
+	dup := make([]bool, len(jobs))
+	next := 0
+	for i, j := range jobs {
+		if next < len(inserted) && sameJob(inserted[next], j) {
+			out[i] = inserted[next]
+			next++
+			continue
+		}
+		if j.UniqueKey == "" {
+			return nil, nil, fmt.Errorf("postgres: enqueue: batch row %d came back out of order", i)
+		}
+		// The key was taken, before this batch or earlier in it.
+		if out[i], dup[i], err = d.enqueueOne(ctx, q, j); err != nil {
+			return nil, nil, err
+		}
+	}
+	if next != len(inserted) {
+		return nil, nil, fmt.Errorf("postgres: enqueue: %d inserted rows unmatched", len(inserted)-next)
+	}
+	return out, dup, nil
+}
+
+// sameJob reports whether row is the insert of j.
+func sameJob(row driver.JobRow, j driver.JobInsert) bool {
+	return row.Queue == j.Queue && row.Kind == j.Kind && row.UniqueKey == j.UniqueKey && bytes.Equal(row.Args, j.Args)
+}
+
+// maxEnqueueTries bounds the insert-or-read loop. A retry means the row
+// holding the key was pruned between the two steps, or the caller's
+// transaction runs above READ COMMITTED and cannot see the row a
+// concurrent transaction committed.
+const maxEnqueueTries = 3
+
+// enqueueOne inserts, or reads the job holding the unique key. The read is
+// its own statement: at READ COMMITTED it sees a row that a concurrent
+// inserter committed while the insert waited for it.
+func (d *Driver) enqueueOne(ctx context.Context, q driver.Querier, j driver.JobInsert) (driver.JobRow, bool, error) {
+	var runAt any
+	if !j.RunAt.IsZero() {
+		runAt = j.RunAt
+	}
+	args := j.Args
+	if args == nil {
+		args = []byte{}
+	}
+	for range maxEnqueueTries {
+		row, err := scanJob(q.QueryRowContext(ctx, jobClock+`, ins AS (
+	INSERT INTO idem_jobs (queue, kind, args, state, max_attempts, run_at, unique_key, created_at, updated_at)
+	SELECT $2, $3, $4, 'available', $5, coalesce($6::timestamptz, c.now + $7`+msInterval+`), $8::text, c.now, c.now FROM c
+	ON CONFLICT (queue, unique_key) DO NOTHING
+	RETURNING *)
+SELECT `+jobCols("ins.")+`, c.now FROM ins, c`,
+			d.clock(), j.Queue, j.Kind, args, j.MaxAttempts, runAt, j.Delay.Milliseconds(), nullIfEmpty(j.UniqueKey)))
+		if err == nil {
+			return row, false, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return row, false, fmt.Errorf("postgres: enqueue: %w", err)
+		}
+		row, err = scanJob(q.QueryRowContext(ctx, jobClock+`SELECT `+jobCols("j.")+`, c.now FROM idem_jobs j, c
+	WHERE j.queue = $2 AND j.unique_key = $3`, d.clock(), j.Queue, j.UniqueKey))
+		if errors.Is(err, sql.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return row, false, fmt.Errorf("postgres: enqueue: read existing job: %w", err)
+		}
+		return row, true, nil
+	}
+	return driver.JobRow{}, false, fmt.Errorf("postgres: enqueue: unique key %q of queue %q is taken by a job this transaction cannot see (%d tries; is it above READ COMMITTED?)",
+		j.UniqueKey, j.Queue, maxEnqueueTries)
+}
+
+// NotifyJobs sends one notice per queue; inside a transaction PostgreSQL
+// delivers them at commit, and drops them on rollback.
+func (d *Driver) NotifyJobs(ctx context.Context, q driver.Querier, queues []string) error {
+	if len(queues) == 0 {
+		return nil
+	}
+	if _, err := orDB(q, d.db).ExecContext(ctx, `SELECT pg_notify('`+jobChannel+`', q) FROM unnest($1::text[]) AS q`, queues); err != nil {
+		return fmt.Errorf("postgres: notify: %w", err)
+	}
+	return nil
+}
+
+// ListenJobs holds one dedicated connection (not from the pool) in LISTEN
+// until ctx ends or the connection fails.
+func (d *Driver) ListenJobs(ctx context.Context, ready func(), wake func(string)) error {
+	conn, err := pgx.Connect(ctx, d.url)
+	if err != nil {
+		return fmt.Errorf("postgres: listen: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, `LISTEN `+jobChannel); err != nil {
+		return fmt.Errorf("postgres: listen: %w", err)
+	}
+	ready()
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return fmt.Errorf("postgres: listen: %w", err)
+		}
+		wake(n.Payload)
+	}
+}
+
+// ClaimJobs rescues expired jobs and claims due ones in one statement (one
+// short implicit transaction). The candidate rows are locked with SKIP
+// LOCKED in MATERIALIZED CTEs, evaluated exactly once: a subquery under
+// IN could be re-run by the planner and lock more than its LIMIT.
+func (d *Driver) ClaimJobs(ctx context.Context, p driver.ClaimJobsParams) ([]driver.JobRow, error) {
+	rows, err := d.db.QueryContext(ctx, jobClock+`,
+expired AS MATERIALIZED (
+	SELECT id FROM idem_jobs, c WHERE state = 'running' AND queue = $2 AND lease_until <= c.now
+	ORDER BY lease_until LIMIT $3 FOR UPDATE OF idem_jobs SKIP LOCKED),
+rescued AS (
+	UPDATE idem_jobs j SET
+		state = CASE WHEN j.attempt < j.max_attempts THEN 'available' ELSE 'dead' END,
+		finalized_at = CASE WHEN j.attempt < j.max_attempts THEN NULL ELSE c.now END,
+		run_at = c.now, lease_until = NULL, updated_at = c.now,
+		errors = `+appendError(`'lease expired: worker ' || j.worker || ' stopped heartbeating'`)+`
+	FROM c, expired WHERE j.id = expired.id
+	RETURNING j.id),
+due AS MATERIALIZED (
+	SELECT id FROM idem_jobs, c WHERE state = 'available' AND queue = $2 AND run_at <= c.now
+	ORDER BY run_at, id LIMIT $4 FOR UPDATE OF idem_jobs SKIP LOCKED),
+claimed AS (
+	UPDATE idem_jobs j SET state = 'running', attempt = j.attempt + 1, lease_id = $5,
+		lease_until = c.now + $6`+msInterval+`, worker = $7, attempted_at = c.now, updated_at = c.now
+	FROM c, due WHERE j.id = due.id
+	RETURNING j.*)
+SELECT `+jobCols("claimed.")+`, c.now FROM claimed, c ORDER BY claimed.run_at, claimed.id`,
+		d.clock(), p.Queue, p.RescueLimit, p.Limit, p.LeaseID, p.Lease.Milliseconds(), p.Worker)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: claim jobs: %w", err)
+	}
+	out, err := scanJobs(rows)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: claim jobs: %w", err)
+	}
+	return out, nil
+}
+
+// jobFenced is the predicate of every write a job's holder makes ($2…$4).
+const jobFenced = `j.id = $2 AND j.attempt = $3 AND j.lease_id = $4 AND j.state = 'running' AND j.lease_until > c.now`
+
+// HeartbeatJob extends a held lease.
+func (d *Driver) HeartbeatJob(ctx context.Context, f driver.JobFence, lease time.Duration) (time.Time, error) {
+	var until time.Time
+	err := d.db.QueryRowContext(ctx, jobClock+`UPDATE idem_jobs j SET lease_until = c.now + $5`+msInterval+`, updated_at = c.now
+	FROM c WHERE `+jobFenced+` RETURNING j.lease_until`, d.clock(), f.ID, f.Attempt, f.LeaseID, lease.Milliseconds()).Scan(&until)
+	if errors.Is(err, sql.ErrNoRows) {
+		return time.Time{}, driver.ErrFenced
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("postgres: heartbeat job: %w", err)
+	}
+	return until, nil
+}
+
+// jobFinishSet is the SET clause that ends a claim, for a row v of (state,
+// delay_ms, result, error).
+var jobFinishSet = `state = v.state, lease_until = NULL, updated_at = c.now,
+	run_at = CASE WHEN v.state = 'available' THEN c.now + v.delay_ms` + msInterval + ` ELSE j.run_at END,
+	finalized_at = CASE WHEN v.state IN ('completed', 'dead') THEN c.now END,
+	result = CASE WHEN v.state = 'completed' THEN v.result ELSE j.result END,
+	errors = CASE WHEN v.error = '' THEN j.errors ELSE ` + appendError(`v.error`) + ` END`
+
+// FinishJob ends a held claim, in the caller's transaction when q is not
+// nil; there the row stays locked until that transaction ends, so nobody
+// can take the job between the fenced write and the commit.
+func (d *Driver) FinishJob(ctx context.Context, q driver.Querier, p driver.FinishJobParams) error {
+	res, err := orDB(q, d.db).ExecContext(ctx, jobClock+`, v AS (SELECT $5::text AS state, $6::bigint AS delay_ms, $7::bytea AS result, $8::text AS error)
+	UPDATE idem_jobs j SET `+jobFinishSet+` FROM c, v WHERE `+jobFenced,
+		d.clock(), p.ID, p.Attempt, p.LeaseID, string(p.State), p.Delay.Milliseconds(), p.Result, p.Error)
+	if err != nil {
+		return fmt.Errorf("postgres: finish job: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("postgres: finish job: %w", err)
+	} else if n == 0 {
+		return driver.ErrFenced
+	}
+	return nil
+}
+
+// FinishJobs ends many claims in one statement, each row fenced on its own;
+// the ids it returns are the ones that were still held.
+func (d *Driver) FinishJobs(ctx context.Context, ps []driver.FinishJobParams) ([]bool, error) {
+	var (
+		ids, leases, delays []int64
+		attempts            []int32
+		states, errs        []string
+		results             [][]byte
+	)
+	for _, p := range ps {
+		ids, attempts, leases = append(ids, p.ID), append(attempts, int32(p.Attempt)), append(leases, p.LeaseID)
+		states, delays = append(states, string(p.State)), append(delays, p.Delay.Milliseconds())
+		results, errs = append(results, p.Result), append(errs, p.Error)
+	}
+	rows, err := d.db.QueryContext(ctx, jobClock+`, v AS (SELECT * FROM unnest($2::bigint[], $3::int[], $4::bigint[], $5::text[], $6::bigint[], $7::bytea[], $8::text[])
+		AS v(id, attempt, lease_id, state, delay_ms, result, error))
+	UPDATE idem_jobs j SET `+jobFinishSet+` FROM c, v
+	WHERE j.id = v.id AND j.attempt = v.attempt AND j.lease_id = v.lease_id AND j.state = 'running' AND j.lease_until > c.now
+	RETURNING j.id`, d.clock(), ids, attempts, leases, states, delays, results, errs)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: finish jobs: %w", err)
+	}
+	defer rows.Close()
+	held := map[int64]bool{}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("postgres: finish jobs: %w", err)
+		}
+		held[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: finish jobs: %w", err)
+	}
+	fenced := make([]bool, len(ps))
+	for i, p := range ps {
+		fenced[i] = !held[p.ID]
+	}
+	return fenced, nil
+}
+
+// GetJob reads one job.
+func (d *Driver) GetJob(ctx context.Context, id int64) (driver.JobRow, error) {
+	j, err := scanJob(d.db.QueryRowContext(ctx, jobClock+`SELECT `+jobCols("j.")+`, c.now FROM idem_jobs j, c WHERE j.id = $2`, d.clock(), id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return j, driver.ErrNotFound
+	}
+	if err != nil {
+		return j, fmt.Errorf("postgres: get job: %w", err)
+	}
+	return j, nil
+}
+
+// ListJobs returns jobs matching f, by id. Only the filters given become
+// predicates, so the partial indexes apply.
+func (d *Driver) ListJobs(ctx context.Context, f driver.JobFilter) ([]driver.JobRow, error) {
+	args := []any{d.clock(), f.AfterID}
+	where := []string{"j.id > $2"}
+	add := func(cond string, v any) {
+		args = append(args, v)
+		where = append(where, strings.ReplaceAll(cond, "$?", "$"+strconv.Itoa(len(args))))
+	}
+	if f.Queue != "" {
+		add("j.queue = $?", f.Queue)
+	}
+	if f.State != "" {
+		add("j.state = $?", string(f.State))
+	}
+	if f.Kind != "" {
+		add("j.kind = $?", f.Kind)
+	}
+	if f.KeyPrefix != "" {
+		add("left(j.unique_key, char_length($?)) = $?", f.KeyPrefix)
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	args = append(args, limit)
+	rows, err := d.db.QueryContext(ctx, jobClock+`SELECT `+jobCols("j.")+`, c.now FROM idem_jobs j, c WHERE `+
+		strings.Join(where, " AND ")+` ORDER BY j.id LIMIT $`+strconv.Itoa(len(args)), args...)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: list jobs: %w", err)
+	}
+	out, err := scanJobs(rows)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: list jobs: %w", err)
+	}
+	return out, nil
+}
+
+// CountJobs counts a queue's jobs by state.
+func (d *Driver) CountJobs(ctx context.Context, queue string) (map[driver.JobState]int, error) {
+	rows, err := d.db.QueryContext(ctx, `SELECT state, count(*) FROM idem_jobs WHERE $1 = '' OR queue = $1 GROUP BY state`, queue)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: count jobs: %w", err)
+	}
+	defer rows.Close()
+	out := map[driver.JobState]int{}
+	for rows.Next() {
+		var (
+			s string
+			n int
+		)
+		if err := rows.Scan(&s, &n); err != nil {
+			return nil, fmt.Errorf("postgres: count jobs: %w", err)
+		}
+		out[driver.JobState(s)] = n
+	}
+	return out, rows.Err()
+}
+
+// RequeueJob makes a dead job available now.
+func (d *Driver) RequeueJob(ctx context.Context, id int64, attempts int) (driver.JobRow, error) {
+	j, err := scanJob(d.db.QueryRowContext(ctx, jobClock+`UPDATE idem_jobs j SET state = 'available', run_at = c.now,
+	updated_at = c.now, finalized_at = NULL, max_attempts = j.attempt + $3
+	FROM c WHERE j.id = $2 AND j.state = 'dead' RETURNING `+jobCols("j.")+`, c.now`, d.clock(), id, attempts))
+	if errors.Is(err, sql.ErrNoRows) {
+		return j, d.missingOrConflict(ctx, id)
+	}
+	if err != nil {
+		return j, fmt.Errorf("postgres: requeue job: %w", err)
+	}
+	return j, nil
+}
+
+// DeleteJob deletes a job that is in one of states.
+func (d *Driver) DeleteJob(ctx context.Context, id int64, states []driver.JobState) error {
+	names := make([]string, len(states))
+	for i, s := range states {
+		names[i] = string(s)
+	}
+	res, err := d.db.ExecContext(ctx, `DELETE FROM idem_jobs WHERE id = $1 AND state = ANY($2::text[])`, id, names)
+	if err != nil {
+		return fmt.Errorf("postgres: delete job: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("postgres: delete job: %w", err)
+	} else if n == 0 {
+		return d.missingOrConflict(ctx, id)
+	}
+	return nil
+}
+
+func (d *Driver) missingOrConflict(ctx context.Context, id int64) error {
+	var one int
+	err := d.db.QueryRowContext(ctx, `SELECT 1 FROM idem_jobs WHERE id = $1`, id).Scan(&one)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return driver.ErrNotFound
+	case err != nil:
+		return fmt.Errorf("postgres: read job: %w", err)
+	}
+	return driver.ErrConflict
+}
+
+// PruneJobs deletes completed jobs finalized at least olderThan ago,
+// skipping rows another transaction has locked.
+func (d *Driver) PruneJobs(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
+	res, err := d.db.ExecContext(ctx, jobClock+`DELETE FROM idem_jobs j USING c WHERE j.id IN (SELECT id FROM idem_jobs, c
+	WHERE state = 'completed' AND finalized_at <= c.now - $2`+msInterval+` LIMIT $3 FOR UPDATE OF idem_jobs SKIP LOCKED)`,
+		d.clock(), olderThan.Milliseconds(), limit)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: prune jobs: %w", err)
+	}
+	n, err := res.RowsAffected()
+	return int(n), err
+}

@@ -1,0 +1,95 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/idemdev/idem/driver"
+	"github.com/idemdev/idem/driver/postgres"
+	"github.com/idemdev/idem/internal/pgtest"
+)
+
+// openPrivate starts a cluster of the test's own (this package has no
+// TestMain to close a shared one) and opens a migrated driver on it.
+func openPrivate(t *testing.T) *postgres.Driver {
+	t.Helper()
+	if _, ok := pgtest.Available(); !ok {
+		t.Skip("pgtest: PostgreSQL binaries not found")
+	}
+	ctx := context.Background()
+	c, err := pgtest.Start(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	url, err := c.CreateDatabase(ctx, "jobs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := postgres.Open(ctx, url, driver.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+// A notice sent inside a transaction reaches listeners when it commits and
+// never if it rolls back; one sent outside arrives at once.
+func TestPostgresListenNotify(t *testing.T) {
+	d := openPrivate(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan struct{})
+	woken := make(chan string, 10)
+	ended := make(chan error, 1)
+	go func() { ended <- d.ListenJobs(ctx, func() { close(ready) }, func(q string) { woken <- q }) }()
+	select {
+	case <-ready:
+	case err := <-ended:
+		t.Fatalf("listen: %v", err)
+	}
+
+	if err := d.NotifyJobs(ctx, nil, []string{"email"}); err != nil {
+		t.Fatal(err)
+	}
+	if q := <-woken; q != "email" {
+		t.Fatalf("woken for %q, want email", q)
+	}
+
+	for _, commit := range []bool{false, true} {
+		tx, err := d.DB().BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.NotifyJobs(ctx, tx, []string{"sms", "push"}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case q := <-woken:
+			t.Fatalf("woken for %q before the transaction ended", q)
+		case <-time.After(100 * time.Millisecond):
+		}
+		if !commit {
+			tx.Rollback()
+			continue
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]bool{<-woken: true, <-woken: true}
+		if !got["sms"] || !got["push"] {
+			t.Fatalf("woken for %v, want sms and push", got)
+		}
+	}
+	select {
+	case q := <-woken:
+		t.Fatalf("extra wake-up for %q (the rolled-back notice?)", q)
+	default:
+	}
+	cancel()
+	if err := <-ended; err == nil {
+		t.Fatal("listen ended without an error")
+	}
+}

@@ -1,0 +1,410 @@
+package sqlite
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/idemdev/idem/driver"
+)
+
+const jobCols = `id, queue, kind, args, state, attempt, max_attempts, lease_id, lease_until, worker, run_at,
+	unique_key, errors, result, created_at, updated_at, attempted_at, finalized_at`
+
+func scanJob(s scanner, now int64) (driver.JobRow, error) {
+	var (
+		j                                    driver.JobRow
+		state, errs                          string
+		key                                  sql.NullString
+		leaseUntil, attemptedAt, finalizedAt sql.NullInt64
+		runAt, createdAt, updatedAt          int64
+	)
+	err := s.Scan(&j.ID, &j.Queue, &j.Kind, &j.Args, &state, &j.Attempt, &j.MaxAttempts, &j.LeaseID, &leaseUntil,
+		&j.Worker, &runAt, &key, &errs, &j.Result, &createdAt, &updatedAt, &attemptedAt, &finalizedAt)
+	if err != nil {
+		return j, err
+	}
+	j.State = driver.JobState(state)
+	j.UniqueKey = key.String
+	j.LeaseUntil, j.AttemptedAt, j.FinalizedAt = nullMS(leaseUntil), nullMS(attemptedAt), nullMS(finalizedAt)
+	j.RunAt, j.CreatedAt, j.UpdatedAt = fromMS(runAt), fromMS(createdAt), fromMS(updatedAt)
+	j.Now = fromMS(now)
+	if j.Errors, err = driver.DecodeJobErrors([]byte(errs)); err != nil {
+		return j, err
+	}
+	return j, nil
+}
+
+func scanJobs(rows *sql.Rows, now int64) ([]driver.JobRow, error) {
+	defer rows.Close()
+	var out []driver.JobRow
+	for rows.Next() {
+		j, err := scanJob(rows, now)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, j)
+	}
+	return out, rows.Err()
+}
+
+// nullIfEmpty stores an empty unique key as NULL, which never conflicts.
+func nullIfEmpty(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// appendError is the expression that appends one entry (error text
+// expression) to the errors column; ?1 is the statement's clock.
+func appendError(text string) string {
+	return `json_insert(errors, '$[#]', json_object('attempt', attempt, 'at', ?1, 'error', ` + text + `))`
+}
+
+// EnqueueJobs inserts jobs in order; a taken unique key returns the
+// existing job. Without q, a batch gets its own transaction.
+func (d *Driver) EnqueueJobs(ctx context.Context, q driver.Querier, jobs []driver.JobInsert) ([]driver.JobRow, []bool, error) {
+	if q != nil || len(jobs) == 1 {
+		return d.enqueue(ctx, cmpQ(q, d.w), jobs)
+	}
+	tx, err := d.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sqlite: enqueue: %w", err)
+	}
+	defer tx.Rollback()
+	rows, dup, err := d.enqueue(ctx, tx, jobs)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, nil, fmt.Errorf("sqlite: enqueue: %w", err)
+	}
+	return rows, dup, nil
+}
+
+func cmpQ(q, def driver.Querier) driver.Querier {
+	if q == nil {
+		return def
+	}
+	return q
+}
+
+func (d *Driver) enqueue(ctx context.Context, q driver.Querier, jobs []driver.JobInsert) ([]driver.JobRow, []bool, error) {
+	rows := make([]driver.JobRow, len(jobs))
+	dup := make([]bool, len(jobs))
+	for i, j := range jobs {
+		var err error
+		rows[i], dup[i], err = d.enqueueOne(ctx, q, j)
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	return rows, dup, nil
+}
+
+// maxEnqueueTries bounds the insert-or-read loop; each retry means the row
+// holding the key was pruned between the two steps.
+const maxEnqueueTries = 3
+
+func (d *Driver) enqueueOne(ctx context.Context, q driver.Querier, j driver.JobInsert) (driver.JobRow, bool, error) {
+	args := j.Args
+	if args == nil {
+		args = []byte{}
+	}
+	for range maxEnqueueTries {
+		now := d.nowMS()
+		runAt := now + ms(j.Delay)
+		if !j.RunAt.IsZero() {
+			runAt = j.RunAt.UnixMilli()
+		}
+		row, err := scanJob(q.QueryRowContext(ctx, `INSERT INTO idem_jobs
+	(queue, kind, args, state, max_attempts, run_at, unique_key, created_at, updated_at)
+	VALUES (?1, ?2, ?3, 'available', ?4, ?5, ?6, ?7, ?7)
+	ON CONFLICT (queue, unique_key) DO NOTHING
+	RETURNING `+jobCols, j.Queue, j.Kind, args, j.MaxAttempts, runAt, nullIfEmpty(j.UniqueKey), now), now)
+		if err == nil {
+			return row, false, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return row, false, fmt.Errorf("sqlite: enqueue: %w", err)
+		}
+		row, err = scanJob(q.QueryRowContext(ctx, `SELECT `+jobCols+` FROM idem_jobs WHERE queue = ? AND unique_key = ?`,
+			j.Queue, j.UniqueKey), now)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return row, false, fmt.Errorf("sqlite: enqueue: read existing job: %w", err)
+		}
+		return row, true, nil
+	}
+	return driver.JobRow{}, false, fmt.Errorf("sqlite: enqueue: unique key %q of queue %q changed %d times; giving up", j.UniqueKey, j.Queue, maxEnqueueTries)
+}
+
+// NotifyJobs does nothing: SQLite workers poll.
+func (d *Driver) NotifyJobs(ctx context.Context, q driver.Querier, queues []string) error { return nil }
+
+// ListenJobs returns errors.ErrUnsupported: SQLite workers poll.
+func (d *Driver) ListenJobs(ctx context.Context, ready func(), wake func(string)) error {
+	return errors.ErrUnsupported
+}
+
+// ClaimJobs claims due jobs, then rescues expired ones, in one BEGIN
+// IMMEDIATE transaction on the writer connection. Claiming first keeps the
+// PostgreSQL driver's behaviour, whose single statement cannot see its own
+// rescues: a rescued job is claimable from the next claim on.
+func (d *Driver) ClaimJobs(ctx context.Context, p driver.ClaimJobsParams) ([]driver.JobRow, error) {
+	tx, err := d.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: claim jobs: %w", err)
+	}
+	defer tx.Rollback()
+	now := d.nowMS() // read after the write lock is held
+	rows, err := tx.QueryContext(ctx, `UPDATE idem_jobs SET state = 'running', attempt = attempt + 1,
+	lease_id = ?2, lease_until = ?1 + ?3, worker = ?4, attempted_at = ?1, updated_at = ?1
+	WHERE id IN (SELECT id FROM idem_jobs WHERE state = 'available' AND queue = ?5 AND run_at <= ?1
+		ORDER BY run_at, id LIMIT ?6)
+	RETURNING `+jobCols, now, p.LeaseID, ms(p.Lease), p.Worker, p.Queue, p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: claim jobs: %w", err)
+	}
+	out, err := scanJobs(rows, now)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: claim jobs: %w", err)
+	}
+	if p.RescueLimit > 0 {
+		if _, err := tx.ExecContext(ctx, `UPDATE idem_jobs SET
+	state = CASE WHEN attempt < max_attempts THEN 'available' ELSE 'dead' END,
+	finalized_at = CASE WHEN attempt < max_attempts THEN NULL ELSE ?1 END,
+	run_at = ?1, lease_until = NULL, updated_at = ?1,
+	errors = `+appendError(`'lease expired: worker ' || worker || ' stopped heartbeating'`)+`
+	WHERE id IN (SELECT id FROM idem_jobs WHERE state = 'running' AND queue = ?2 AND lease_until <= ?1
+		ORDER BY lease_until LIMIT ?3)`, now, p.Queue, p.RescueLimit); err != nil {
+			return nil, fmt.Errorf("sqlite: rescue jobs: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("sqlite: claim jobs: %w", err)
+	}
+	// RETURNING order is unspecified: hand jobs out oldest first.
+	slices.SortFunc(out, func(a, b driver.JobRow) int {
+		if c := a.RunAt.Compare(b.RunAt); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.ID, b.ID)
+	})
+	return out, nil
+}
+
+// jobFenced is the predicate of every write a job's holder makes.
+const jobFenced = `id = ?2 AND attempt = ?3 AND lease_id = ?4 AND state = 'running' AND lease_until > ?1`
+
+// HeartbeatJob extends a held lease.
+func (d *Driver) HeartbeatJob(ctx context.Context, f driver.JobFence, lease time.Duration) (time.Time, error) {
+	now := d.nowMS()
+	var until int64
+	err := d.w.QueryRowContext(ctx, `UPDATE idem_jobs SET lease_until = ?1 + ?5, updated_at = ?1 WHERE `+jobFenced+`
+	RETURNING lease_until`, now, f.ID, f.Attempt, f.LeaseID, ms(lease)).Scan(&until)
+	if errors.Is(err, sql.ErrNoRows) {
+		return time.Time{}, driver.ErrFenced
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("sqlite: heartbeat job: %w", err)
+	}
+	return fromMS(until), nil
+}
+
+// finishJob is the fenced UPDATE that ends a claim.
+var finishJob = `UPDATE idem_jobs SET state = ?5, lease_until = NULL, updated_at = ?1,
+	run_at = CASE WHEN ?5 = 'available' THEN ?1 + ?6 ELSE run_at END,
+	finalized_at = CASE WHEN ?5 IN ('completed', 'dead') THEN ?1 END,
+	result = CASE WHEN ?5 = 'completed' THEN ?7 ELSE result END,
+	errors = CASE WHEN ?8 = '' THEN errors ELSE ` + appendError("?8") + ` END
+	WHERE ` + jobFenced
+
+func finishArgs(now int64, p driver.FinishJobParams) []any {
+	return []any{now, p.ID, p.Attempt, p.LeaseID, string(p.State), ms(p.Delay), p.Result, p.Error}
+}
+
+// FinishJob ends a held claim, in the caller's transaction when q is not nil.
+func (d *Driver) FinishJob(ctx context.Context, q driver.Querier, p driver.FinishJobParams) error {
+	res, err := cmpQ(q, d.w).ExecContext(ctx, finishJob, finishArgs(d.nowMS(), p)...)
+	if err != nil {
+		return fmt.Errorf("sqlite: finish job: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("sqlite: finish job: %w", err)
+	} else if n == 0 {
+		return driver.ErrFenced
+	}
+	return nil
+}
+
+// FinishJobs ends many claims in one BEGIN IMMEDIATE transaction: one
+// commit (one fsync) for the batch.
+func (d *Driver) FinishJobs(ctx context.Context, ps []driver.FinishJobParams) ([]bool, error) {
+	tx, err := d.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: finish jobs: %w", err)
+	}
+	defer tx.Rollback()
+	stmt, err := tx.PrepareContext(ctx, finishJob)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: finish jobs: %w", err)
+	}
+	defer stmt.Close()
+	now := d.nowMS()
+	fenced := make([]bool, len(ps))
+	for i, p := range ps {
+		res, err := stmt.ExecContext(ctx, finishArgs(now, p)...)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: finish jobs: %w", err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: finish jobs: %w", err)
+		}
+		fenced[i] = n == 0
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("sqlite: finish jobs: %w", err)
+	}
+	return fenced, nil
+}
+
+// GetJob reads one job from the read pool.
+func (d *Driver) GetJob(ctx context.Context, id int64) (driver.JobRow, error) {
+	now := d.nowMS()
+	j, err := scanJob(d.r.QueryRowContext(ctx, `SELECT `+jobCols+` FROM idem_jobs WHERE id = ?`, id), now)
+	if errors.Is(err, sql.ErrNoRows) {
+		return j, driver.ErrNotFound
+	}
+	if err != nil {
+		return j, fmt.Errorf("sqlite: get job: %w", err)
+	}
+	return j, nil
+}
+
+// ListJobs returns jobs matching f, by id, from the read pool. Only the
+// filters given become predicates, so the partial indexes apply.
+func (d *Driver) ListJobs(ctx context.Context, f driver.JobFilter) ([]driver.JobRow, error) {
+	now := d.nowMS()
+	where, args := []string{"id > ?"}, []any{f.AfterID}
+	add := func(cond string, v any) {
+		where = append(where, cond)
+		args = append(args, v)
+	}
+	if f.Queue != "" {
+		add("queue = ?", f.Queue)
+	}
+	if f.State != "" {
+		add("state = ?", string(f.State))
+	}
+	if f.Kind != "" {
+		add("kind = ?", f.Kind)
+	}
+	if f.KeyPrefix != "" {
+		add("substr(unique_key, 1, length(?)) = ?", f.KeyPrefix)
+		args = append(args, f.KeyPrefix)
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	args = append(args, limit)
+	rows, err := d.r.QueryContext(ctx, `SELECT `+jobCols+` FROM idem_jobs WHERE `+strings.Join(where, " AND ")+
+		` ORDER BY id LIMIT ?`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: list jobs: %w", err)
+	}
+	out, err := scanJobs(rows, now)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: list jobs: %w", err)
+	}
+	return out, nil
+}
+
+// CountJobs counts a queue's jobs by state, from the read pool.
+func (d *Driver) CountJobs(ctx context.Context, queue string) (map[driver.JobState]int, error) {
+	rows, err := d.r.QueryContext(ctx, `SELECT state, count(*) FROM idem_jobs WHERE ?1 = '' OR queue = ?1 GROUP BY state`, queue)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: count jobs: %w", err)
+	}
+	defer rows.Close()
+	out := map[driver.JobState]int{}
+	for rows.Next() {
+		var (
+			s string
+			n int
+		)
+		if err := rows.Scan(&s, &n); err != nil {
+			return nil, fmt.Errorf("sqlite: count jobs: %w", err)
+		}
+		out[driver.JobState(s)] = n
+	}
+	return out, rows.Err()
+}
+
+// RequeueJob makes a dead job available now.
+func (d *Driver) RequeueJob(ctx context.Context, id int64, attempts int) (driver.JobRow, error) {
+	now := d.nowMS()
+	j, err := scanJob(d.w.QueryRowContext(ctx, `UPDATE idem_jobs SET state = 'available', run_at = ?1, updated_at = ?1,
+	finalized_at = NULL, max_attempts = attempt + ?3
+	WHERE id = ?2 AND state = 'dead' RETURNING `+jobCols, now, id, attempts), now)
+	if errors.Is(err, sql.ErrNoRows) {
+		return j, d.missingOrConflict(ctx, id)
+	}
+	if err != nil {
+		return j, fmt.Errorf("sqlite: requeue job: %w", err)
+	}
+	return j, nil
+}
+
+// DeleteJob deletes a job that is in one of states.
+func (d *Driver) DeleteJob(ctx context.Context, id int64, states []driver.JobState) error {
+	marks := strings.TrimSuffix(strings.Repeat("?, ", len(states)), ", ")
+	args := []any{id}
+	for _, s := range states {
+		args = append(args, string(s))
+	}
+	res, err := d.w.ExecContext(ctx, `DELETE FROM idem_jobs WHERE id = ? AND state IN (`+marks+`)`, args...)
+	if err != nil {
+		return fmt.Errorf("sqlite: delete job: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("sqlite: delete job: %w", err)
+	} else if n == 0 {
+		return d.missingOrConflict(ctx, id)
+	}
+	return nil
+}
+
+func (d *Driver) missingOrConflict(ctx context.Context, id int64) error {
+	var one int
+	err := d.w.QueryRowContext(ctx, `SELECT 1 FROM idem_jobs WHERE id = ?`, id).Scan(&one)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return driver.ErrNotFound
+	case err != nil:
+		return fmt.Errorf("sqlite: read job: %w", err)
+	}
+	return driver.ErrConflict
+}
+
+// PruneJobs deletes completed jobs finalized at least olderThan ago.
+func (d *Driver) PruneJobs(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
+	now := d.nowMS()
+	res, err := d.w.ExecContext(ctx, `DELETE FROM idem_jobs WHERE id IN (SELECT id FROM idem_jobs
+	WHERE state = 'completed' AND finalized_at <= ?1 LIMIT ?2)`, now-ms(olderThan), limit)
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: prune jobs: %w", err)
+	}
+	n, err := res.RowsAffected()
+	return int(n), err
+}

@@ -1,0 +1,95 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/idemdev/idem/driver"
+)
+
+// Get reads one job. ErrNotFound if there is none.
+func (c *Client) Get(ctx context.Context, id int64) (*Record, error) {
+	r, err := c.drv.GetJob(ctx, id)
+	if errors.Is(err, driver.ErrNotFound) {
+		return nil, fmt.Errorf("jobs: job %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("jobs: get job %d: %w", id, err)
+	}
+	return recordFrom(r), nil
+}
+
+// ListParams selects jobs for List. Zero values match everything.
+type ListParams struct {
+	Queue string
+	State State
+	Kind  string
+	// KeyPrefix selects jobs whose unique key starts with it.
+	KeyPrefix string
+	// AfterID pages through results: pass the last ID of the previous page.
+	AfterID int64
+	// Limit defaults to 100.
+	Limit int
+}
+
+// List returns jobs in id order; for operators inspecting dead letters and
+// for the outbox's status.
+func (c *Client) List(ctx context.Context, p *ListParams) ([]*Record, error) {
+	f := driver.JobFilter{}
+	if p != nil {
+		f = driver.JobFilter{Queue: p.Queue, State: driver.JobState(p.State), Kind: p.Kind, KeyPrefix: p.KeyPrefix, AfterID: p.AfterID, Limit: p.Limit}
+	}
+	rows, err := c.drv.ListJobs(ctx, f)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: list: %w", err)
+	}
+	out := make([]*Record, len(rows))
+	for i, r := range rows {
+		out[i] = recordFrom(r)
+	}
+	return out, nil
+}
+
+// Counts counts the jobs of queue (every queue if empty) by state.
+func (c *Client) Counts(ctx context.Context, queue string) (map[State]int, error) {
+	m, err := c.drv.CountJobs(ctx, queue)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: count: %w", err)
+	}
+	out := make(map[State]int, len(m))
+	for s, n := range m {
+		out[State(s)] = n
+	}
+	return out, nil
+}
+
+// Requeue makes a dead job available now, with Config.MaxAttempts more
+// attempts. Its errors are kept. ErrWrongState if the job is not dead.
+func (c *Client) Requeue(ctx context.Context, id int64) (*Record, error) {
+	r, err := c.drv.RequeueJob(ctx, id, c.cfg.MaxAttempts)
+	if err != nil {
+		return nil, c.adminErr("requeue", id, err)
+	}
+	c.announce(ctx, nil, []string{r.Queue}) // never fails outside a transaction
+	return recordFrom(r), nil
+}
+
+// Discard deletes a dead job: the operator's decision that it will never
+// run. ErrWrongState if the job is not dead.
+func (c *Client) Discard(ctx context.Context, id int64) error {
+	if err := c.drv.DeleteJob(ctx, id, []driver.JobState{driver.JobDead}); err != nil {
+		return c.adminErr("discard", id, err)
+	}
+	return nil
+}
+
+func (c *Client) adminErr(op string, id int64, err error) error {
+	switch {
+	case errors.Is(err, driver.ErrNotFound):
+		return fmt.Errorf("jobs: %s job %d: %w", op, id, ErrNotFound)
+	case errors.Is(err, driver.ErrConflict):
+		return fmt.Errorf("jobs: %s job %d: %w (only dead jobs)", op, id, ErrWrongState)
+	}
+	return fmt.Errorf("jobs: %s job %d: %w", op, id, err)
+}

@@ -1,0 +1,182 @@
+package jobs_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemdev/idem/driver"
+)
+
+// The driver seam, exercised directly on every database: these are the
+// properties the jobs package builds on.
+
+// Claimers racing on separate pools never take one job twice, and each
+// claim respects its limit.
+func TestDriverClaimRace(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		const n, claimers, limit = 300, 6, 7
+		ins := make([]driver.JobInsert, n)
+		for i := range ins {
+			ins[i] = driver.JobInsert{Queue: "q", Kind: "k", Args: []byte("{}"), MaxAttempts: 5}
+		}
+		if _, _, err := e.l.Driver().EnqueueJobs(ctx, nil, ins); err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		seen := map[int64]int{}
+		var wg sync.WaitGroup
+		for i := range claimers {
+			drv := openLedger(t, e.url).Driver()
+			wg.Go(func() {
+				for {
+					rows, err := drv.ClaimJobs(ctx, driver.ClaimJobsParams{Queue: "q", Worker: "c", Limit: limit, LeaseID: int64(i), Lease: time.Minute})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if len(rows) > limit {
+						t.Errorf("claim returned %d rows, limit %d", len(rows), limit)
+					}
+					if len(rows) == 0 {
+						return
+					}
+					mu.Lock()
+					for _, r := range rows {
+						seen[r.ID]++
+						if r.State != driver.JobRunning || r.Attempt != 1 {
+							t.Errorf("claimed row %+v", r)
+						}
+					}
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		if len(seen) != n {
+			t.Fatalf("%d distinct jobs claimed, want %d", len(seen), n)
+		}
+		for id, k := range seen {
+			if k != 1 {
+				t.Fatalf("job %d claimed %d times", id, k)
+			}
+		}
+	})
+}
+
+// In a batch of finishes each write is fenced on its own: stale ones
+// change nothing and are reported, the others apply.
+func TestDriverFinishJobsFencesEachRow(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		drv := e.l.Driver()
+		ins := make([]driver.JobInsert, 4)
+		for i := range ins {
+			ins[i] = driver.JobInsert{Queue: "q", Kind: "k", Args: []byte("{}"), MaxAttempts: 5}
+		}
+		if _, _, err := drv.EnqueueJobs(ctx, nil, ins); err != nil {
+			t.Fatal(err)
+		}
+		lease := rand.Int64()
+		rows, err := drv.ClaimJobs(ctx, driver.ClaimJobsParams{Queue: "q", Worker: "w", Limit: 4, LeaseID: lease, Lease: time.Minute})
+		if err != nil || len(rows) != 4 {
+			t.Fatalf("claim: %d rows, %v", len(rows), err)
+		}
+		fence := func(r driver.JobRow) driver.JobFence {
+			return driver.JobFence{ID: r.ID, Attempt: r.Attempt, LeaseID: r.LeaseID}
+		}
+		stale := fence(rows[1])
+		stale.Attempt-- // an older claim
+		wrongLease := fence(rows[2])
+		wrongLease.LeaseID++
+		fenced, err := drv.FinishJobs(ctx, []driver.FinishJobParams{
+			{JobFence: fence(rows[0]), State: driver.JobCompleted, Result: []byte("r0")},
+			{JobFence: stale, State: driver.JobCompleted},
+			{JobFence: wrongLease, State: driver.JobDead, Error: "x"},
+			{JobFence: fence(rows[3]), State: driver.JobAvailable, Delay: time.Hour, Error: "retry me"},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []bool{false, true, true, false}; !equal(fenced, want) {
+			t.Fatalf("fenced = %v, want %v", fenced, want)
+		}
+		got := func(r driver.JobRow) driver.JobRow {
+			j, err := drv.GetJob(ctx, r.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return j
+		}
+		if j := got(rows[0]); j.State != driver.JobCompleted || string(j.Result) != "r0" || j.FinalizedAt.IsZero() {
+			t.Errorf("completed row: %+v", j)
+		}
+		if j := got(rows[1]); j.State != driver.JobRunning {
+			t.Errorf("stale finish changed the row: %+v", j)
+		}
+		if j := got(rows[3]); j.State != driver.JobAvailable || len(j.Errors) != 1 || j.Errors[0].Error != "retry me" ||
+			j.Errors[0].Attempt != 1 || j.RunAt.Sub(j.Now) < 59*time.Minute {
+			t.Errorf("retried row: %+v", j)
+		}
+		// The same rules hold for the single, transactional form.
+		if err := drv.FinishJob(ctx, nil, driver.FinishJobParams{JobFence: fence(rows[0]), State: driver.JobCompleted}); !errors.Is(err, driver.ErrFenced) {
+			t.Errorf("finishing a completed job: %v, want ErrFenced", err)
+		}
+		if _, err := drv.HeartbeatJob(ctx, stale, time.Minute); !errors.Is(err, driver.ErrFenced) {
+			t.Errorf("stale heartbeat: %v, want ErrFenced", err)
+		}
+		if until, err := drv.HeartbeatJob(ctx, fence(rows[1]), time.Hour); err != nil || time.Until(until) < 59*time.Minute {
+			t.Errorf("heartbeat: %v, %v", until, err)
+		}
+	})
+}
+
+// An expired lease is rescued by the next claim: back to available with an
+// error recorded, or dead when it was the last attempt.
+func TestDriverRescueExpiredLeases(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		drv := e.l.Driver()
+		if _, _, err := drv.EnqueueJobs(ctx, nil, []driver.JobInsert{
+			{Queue: "q", Kind: "k", Args: []byte("{}"), MaxAttempts: 2},
+			{Queue: "q", Kind: "k", Args: []byte("{}"), MaxAttempts: 1},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		rows, err := drv.ClaimJobs(ctx, driver.ClaimJobsParams{Queue: "q", Worker: "dead-worker", Limit: 2, LeaseID: 1, Lease: 100 * time.Millisecond})
+		if err != nil || len(rows) != 2 {
+			t.Fatalf("claim: %d, %v", len(rows), err)
+		}
+		time.Sleep(150 * time.Millisecond)
+		again, err := drv.ClaimJobs(ctx, driver.ClaimJobsParams{Queue: "q", Worker: "w2", Limit: 2, LeaseID: 2, Lease: time.Minute, RescueLimit: 10})
+		if err != nil || len(again) != 0 {
+			t.Fatalf("the rescuing claim itself took %d jobs (%v); rescued jobs are claimable from the next claim", len(again), err)
+		}
+		again, err = drv.ClaimJobs(ctx, driver.ClaimJobsParams{Queue: "q", Worker: "w2", Limit: 2, LeaseID: 2, Lease: time.Minute, RescueLimit: 10})
+		if err != nil || len(again) != 1 || again[0].ID != rows[0].ID || again[0].Attempt != 2 {
+			t.Fatalf("second claim: %+v, %v", again, err)
+		}
+		if len(again[0].Errors) != 1 || again[0].Errors[0].Error != "lease expired: worker dead-worker stopped heartbeating" {
+			t.Fatalf("rescued job errors: %+v", again[0].Errors)
+		}
+		if j, _ := drv.GetJob(ctx, rows[1].ID); j.State != driver.JobDead || j.FinalizedAt.IsZero() {
+			t.Fatalf("job out of attempts: %s, want dead", j.State)
+		}
+	})
+}
+
+func equal(a, b []bool) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

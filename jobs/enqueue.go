@@ -1,0 +1,177 @@
+package jobs
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/idemdev/idem/driver"
+)
+
+// EnqueueOpts are per-job options. A nil *EnqueueOpts means defaults.
+type EnqueueOpts struct {
+	// Queue is the queue to put the job on; it must be declared in
+	// Config.Queues. Default "default".
+	Queue string
+	// UniqueKey, when set, makes a second enqueue with the same key on the
+	// same queue a no-op that returns the first job (Duplicate true), for as
+	// long as the first job exists: waiting, running, completed (until
+	// pruned after Config.Retention) or dead. At most 255 bytes.
+	UniqueKey string
+	// RunAt schedules the job for a time by this host's clock. Zero means
+	// now (plus Delay).
+	RunAt time.Time
+	// Delay schedules the job that long after the database's now. Must not
+	// be negative, nor set together with RunAt.
+	Delay time.Duration
+	// MaxAttempts overrides Config.MaxAttempts for this job.
+	MaxAttempts int
+}
+
+// EnqueueParams is one job of a batch.
+type EnqueueParams struct {
+	Args Args
+	Opts *EnqueueOpts
+}
+
+// EnqueueResult is what an enqueue did.
+type EnqueueResult struct {
+	// Job is the job inserted, or, when Duplicate, the existing job holding
+	// the unique key.
+	Job *Record
+	// Duplicate reports that nothing was inserted because the unique key
+	// was taken.
+	Duplicate bool
+}
+
+// Enqueue inserts one job in its own short write. If it returns an error
+// other than a bad-input one, the job may or may not have been inserted:
+// retry with the same UniqueKey to find out without inserting twice.
+func (c *Client) Enqueue(ctx context.Context, args Args, opts *EnqueueOpts) (*EnqueueResult, error) {
+	res, err := c.enqueue(ctx, nil, []EnqueueParams{{Args: args, Opts: opts}})
+	if err != nil {
+		return nil, err
+	}
+	return &res[0], nil
+}
+
+// EnqueueTx inserts one job inside tx, so that it commits with the
+// caller's business write, or not at all. tx must come from DB(). On
+// PostgreSQL a concurrent enqueue with the same unique key waits for tx to
+// end, then returns the job tx inserted (or inserts its own if tx rolled
+// back).
+func (c *Client) EnqueueTx(ctx context.Context, tx *sql.Tx, args Args, opts *EnqueueOpts) (*EnqueueResult, error) {
+	if tx == nil {
+		return nil, inputErr("tx", "must not be nil")
+	}
+	res, err := c.enqueue(ctx, tx, []EnqueueParams{{Args: args, Opts: opts}})
+	if err != nil {
+		return nil, err
+	}
+	return &res[0], nil
+}
+
+// EnqueueMany inserts a batch in one transaction: all or none. Results are
+// in the order of params; duplicates (also within the batch) are reported
+// per job.
+func (c *Client) EnqueueMany(ctx context.Context, params []EnqueueParams) ([]EnqueueResult, error) {
+	return c.enqueue(ctx, nil, params)
+}
+
+// EnqueueManyTx inserts a batch inside tx.
+func (c *Client) EnqueueManyTx(ctx context.Context, tx *sql.Tx, params []EnqueueParams) ([]EnqueueResult, error) {
+	if tx == nil {
+		return nil, inputErr("tx", "must not be nil")
+	}
+	return c.enqueue(ctx, tx, params)
+}
+
+func (c *Client) enqueue(ctx context.Context, tx *sql.Tx, params []EnqueueParams) ([]EnqueueResult, error) {
+	if len(params) == 0 {
+		return nil, nil
+	}
+	ins := make([]driver.JobInsert, len(params))
+	for i, p := range params {
+		j, err := c.prepare(p)
+		if err != nil {
+			if len(params) > 1 {
+				return nil, fmt.Errorf("jobs: batch job %d: %w", i, err)
+			}
+			return nil, err
+		}
+		ins[i] = j
+	}
+	var q driver.Querier
+	if tx != nil {
+		q = tx
+	}
+	rows, dup, err := c.drv.EnqueueJobs(ctx, q, ins)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: enqueue: %w", err)
+	}
+	out := make([]EnqueueResult, len(rows))
+	var due []string
+	for i, r := range rows {
+		out[i] = EnqueueResult{Job: recordFrom(r), Duplicate: dup[i]}
+		if !dup[i] && !r.RunAt.After(r.Now) {
+			due = append(due, r.Queue)
+		}
+	}
+	if err := c.announce(ctx, q, due); err != nil {
+		return nil, fmt.Errorf("jobs: enqueue: %w", err)
+	}
+	return out, nil
+}
+
+// prepare validates one job and fills its defaults. Nothing is written
+// for a bad job.
+func (c *Client) prepare(p EnqueueParams) (driver.JobInsert, error) {
+	if p.Args == nil {
+		return driver.JobInsert{}, inputErr("args", "must not be nil")
+	}
+	o := EnqueueOpts{}
+	if p.Opts != nil {
+		o = *p.Opts
+	}
+	if o.Queue == "" {
+		o.Queue = DefaultQueue
+	}
+	if err := c.checkQueue(o.Queue); err != nil {
+		return driver.JobInsert{}, err
+	}
+	kind := p.Args.Kind()
+	if err := checkText("kind", kind, MaxKindLen); err != nil {
+		return driver.JobInsert{}, err
+	}
+	if c.cfg.Workers != nil && !c.cfg.Workers.has(kind) {
+		return driver.JobInsert{}, inputErr("kind", "%q has no worker in Config.Workers", kind)
+	}
+	if o.UniqueKey != "" {
+		if err := checkText("unique key", o.UniqueKey, MaxUniqueKeyLen); err != nil {
+			return driver.JobInsert{}, err
+		}
+	}
+	switch {
+	case o.Delay < 0:
+		return driver.JobInsert{}, inputErr("delay", "%v must not be negative", o.Delay)
+	case o.Delay > MaxDelay:
+		return driver.JobInsert{}, inputErr("delay", "%v is longer than %v", o.Delay, MaxDelay)
+	case o.Delay != 0 && !o.RunAt.IsZero():
+		return driver.JobInsert{}, inputErr("delay", "set together with RunAt; set one")
+	case o.MaxAttempts < 0 || o.MaxAttempts > MaxAttemptLimit:
+		return driver.JobInsert{}, inputErr("max attempts", "%d is outside [1, %d]", o.MaxAttempts, MaxAttemptLimit)
+	}
+	b, err := encodeArgs(p.Args)
+	if err != nil {
+		return driver.JobInsert{}, inputErr("args", "%v", err)
+	}
+	if len(b) > c.cfg.MaxArgsBytes {
+		return driver.JobInsert{}, inputErr("args", "are %d bytes, more than the limit of %d (Config.MaxArgsBytes)", len(b), c.cfg.MaxArgsBytes)
+	}
+	return driver.JobInsert{
+		Queue: o.Queue, Kind: kind, Args: b, UniqueKey: o.UniqueKey,
+		MaxAttempts: cmp.Or(o.MaxAttempts, c.cfg.MaxAttempts), RunAt: o.RunAt, Delay: o.Delay,
+	}, nil
+}

@@ -1,0 +1,147 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"time"
+
+	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/driver"
+	"github.com/idemdev/idem/internal/crashpoint"
+)
+
+// finishTimeout bounds the client's own write that ends a job.
+const finishTimeout = 30 * time.Second
+
+// maxErrorLen bounds the error text stored per attempt.
+const maxErrorLen = 2000
+
+// execute runs the job's worker under a heartbeated lease, then ends the
+// claim: complete, retry, dead-letter or release. Every write here is
+// fenced; one that finds the lease lost changes nothing.
+func (ex *execution) execute() {
+	c := ex.c
+	ctx, cancel := context.WithCancelCause(c.workCtx)
+	defer cancel(nil)
+	if c.cfg.JobTimeout > 0 {
+		var stop context.CancelFunc
+		ctx, stop = context.WithTimeoutCause(ctx, c.cfg.JobTimeout, fmt.Errorf("jobs: job timeout %v passed", c.cfg.JobTimeout))
+		defer stop()
+	}
+	stopHeartbeat := ex.keepAlive(ctx, cancel)
+	err := ex.run(ctx)
+	stopHeartbeat()
+	cause := context.Cause(ctx)
+
+	if ex.ended.Swap(true) {
+		return // Stop handed the job back already
+	}
+	bg, done := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	defer done()
+	switch {
+	case err == nil:
+		crashpoint.Hit(CrashAfterCommit)
+		if ex.completedTx.Load() {
+			ex.confirm(bg)
+			return
+		}
+		ex.finish(bg, driver.FinishJobParams{State: driver.JobCompleted, Result: ex.resultBytes()}, "completed")
+	case errors.Is(cause, ErrStopped):
+		ex.release(bg)
+	default:
+		if errors.Is(cause, ErrLeaseLost) {
+			ex.log(bg, slog.LevelWarn, "job ended after its lease was lost", slog.String("error", err.Error()))
+		}
+		ex.fail(bg, err)
+	}
+}
+
+// run calls the worker, turning a panic into an error.
+func (ex *execution) run(ctx context.Context) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v\n%s", p, debug.Stack())
+		}
+	}()
+	r, ok := ex.c.cfg.Workers.byKind[ex.rec.Kind]
+	if !ok {
+		return fmt.Errorf("no worker registered for kind %q in client %s", ex.rec.Kind, ex.c.cfg.ID)
+	}
+	return r(ctx, ex)
+}
+
+// fail retries the job after backoff, or dead-letters it when the error is
+// permanent or the attempts are used up.
+func (ex *execution) fail(ctx context.Context, err error) {
+	msg := err.Error()
+	if len(msg) > maxErrorLen {
+		msg = msg[:maxErrorLen] + "…"
+	}
+	p := driver.FinishJobParams{State: driver.JobAvailable, Error: msg}
+	var ra *retryAfter
+	switch {
+	case idem.IsPermanent(err):
+		p.State = driver.JobDead
+	case ex.fence.Attempt >= ex.rec.MaxAttempts:
+		p.State = driver.JobDead
+	case errors.As(err, &ra):
+		p.Delay = ra.after
+	default:
+		p.Delay = max(ex.c.cfg.Backoff(ex.fence.Attempt), 0)
+	}
+	if p.State == driver.JobDead {
+		ex.finish(ctx, p, "dead-lettered", slog.String("error", msg))
+		return
+	}
+	ex.finish(ctx, p, "failed; retry scheduled", slog.String("error", msg), slog.Duration("retry_in", p.Delay))
+}
+
+// release puts a job back without counting a failure.
+func (ex *execution) release(ctx context.Context) {
+	ex.finish(ctx, driver.FinishJobParams{State: driver.JobAvailable}, "released")
+}
+
+func (ex *execution) finish(ctx context.Context, p driver.FinishJobParams, what string, attrs ...slog.Attr) {
+	p.JobFence = ex.fence
+	err := ex.c.finisher.finish(ctx, p)
+	switch {
+	case errors.Is(err, driver.ErrFenced):
+		ex.log(ctx, slog.LevelWarn, "lease lost before the job could be "+what+"; another worker owns it", attrs...)
+	case err != nil:
+		// Unknown outcome: if the write did not happen, the lease ends and
+		// the job is rescued.
+		ex.log(ctx, slog.LevelError, "recording the job as "+what+" failed; it will be rescued after its lease",
+			append(attrs, slog.String("write_error", err.Error()))...)
+	default:
+		level := slog.LevelDebug
+		if p.State != driver.JobCompleted {
+			level = slog.LevelInfo
+		}
+		if p.State == driver.JobDead {
+			level = slog.LevelWarn
+		}
+		ex.log(ctx, level, "job "+what, attrs...)
+	}
+}
+
+// confirm checks that the transaction CompleteTx wrote into committed. If
+// the handler rolled it back and still returned nil, the job is still ours
+// and running: it is retried, never marked done without its effect.
+func (ex *execution) confirm(ctx context.Context) {
+	row, err := ex.c.drv.GetJob(ctx, ex.rec.ID)
+	switch {
+	case err != nil:
+		ex.log(ctx, slog.LevelError, "cannot confirm CompleteTx; if it did not commit, the job is rescued after its lease", slog.String("error", err.Error()))
+	case row.Attempt != ex.fence.Attempt || row.LeaseID != ex.fence.LeaseID:
+		ex.log(ctx, slog.LevelWarn, "job re-claimed by another worker before CompleteTx committed")
+	case row.State == driver.JobCompleted:
+		ex.log(ctx, slog.LevelDebug, "job completed")
+	case row.State == driver.JobRunning:
+		ex.fail(ctx, errors.New("the worker returned nil, but the transaction passed to CompleteTx did not commit"))
+	default:
+		ex.log(ctx, slog.LevelWarn, "job left running state before CompleteTx committed", slog.String("state", string(row.State)))
+	}
+}

@@ -1,0 +1,103 @@
+package jobs
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemdev/idem/driver"
+	"github.com/idemdev/idem/internal/crashpoint"
+)
+
+// Job is a claimed job with its decoded arguments, as a Worker sees it.
+type Job[T Args] struct {
+	*Record
+	Args T
+
+	ex *execution
+}
+
+// DB is the pool to begin the transaction passed to CompleteTx. On SQLite
+// it is the database's single writer connection: keep the transaction
+// short, and do not call non-Tx client methods while it is open (they wait
+// for the same connection).
+func (j *Job[T]) DB() *sql.DB { return j.ex.c.drv.DB() }
+
+// SetResult records b as the job's result, stored when it completes
+// (by CompleteTx or by Work returning nil).
+func (j *Job[T]) SetResult(b []byte) {
+	j.ex.mu.Lock()
+	j.ex.result = b
+	j.ex.mu.Unlock()
+}
+
+// CompleteTx marks the job completed inside tx, so that the handler's local
+// effect and the completion commit together or not at all. It checks the
+// job's fencing token inside tx: if this worker's lease was lost (it paused
+// or was slow, and another worker re-claimed the job) it writes nothing and
+// returns ErrLeaseLost, and the handler must roll tx back. On PostgreSQL the
+// job's row stays locked until tx ends, so nobody can take the job between
+// this call and the commit.
+//
+// After CompleteTx the handler commits tx and returns nil. If tx rolls back
+// instead, the job is retried as if Work had failed.
+func (j *Job[T]) CompleteTx(ctx context.Context, tx *sql.Tx) error {
+	if tx == nil {
+		return inputErr("tx", "must not be nil")
+	}
+	ex := j.ex
+	err := ex.c.drv.FinishJob(ctx, tx, driver.FinishJobParams{JobFence: ex.fence, State: driver.JobCompleted, Result: ex.resultBytes()})
+	if errors.Is(err, driver.ErrFenced) {
+		ex.log(ctx, slog.LevelWarn, "lease lost at CompleteTx; the job belongs to another worker now")
+		return fmt.Errorf("jobs: complete job %d attempt %d: %w", ex.rec.ID, ex.fence.Attempt, ErrLeaseLost)
+	}
+	if err != nil {
+		return fmt.Errorf("jobs: complete job %d: %w", ex.rec.ID, err)
+	}
+	ex.completedTx.Store(true)
+	crashpoint.Hit(CrashBeforeCommit)
+	return nil
+}
+
+// execution is one claim of one job, from claim to finish.
+type execution struct {
+	c     *Client
+	p     *producer
+	rec   *Record
+	fence driver.JobFence
+	// claimSent is when the claim that granted the lease was sent (local
+	// monotonic clock).
+	claimSent time.Time
+
+	mu          sync.Mutex
+	result      []byte
+	completedTx atomic.Bool
+	// ended is set by whoever makes the claim's final write: the executor,
+	// or Stop releasing the job; the other then writes nothing.
+	ended atomic.Bool
+}
+
+func (ex *execution) resultBytes() []byte {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	return ex.result
+}
+
+// log writes one line about the job, carrying job_id, queue, kind and
+// attempt.
+func (ex *execution) log(ctx context.Context, level slog.Level, msg string, attrs ...slog.Attr) {
+	l := ex.c.log
+	if !l.Enabled(ctx, level) {
+		return
+	}
+	base := []slog.Attr{
+		slog.Int64("job_id", ex.rec.ID), slog.String("queue", ex.rec.Queue),
+		slog.String("kind", ex.rec.Kind), slog.Int("attempt", ex.fence.Attempt),
+	}
+	l.LogAttrs(ctx, level, msg, append(base, attrs...)...)
+}

@@ -1,0 +1,169 @@
+package jobs
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/idemdev/idem/driver"
+	"github.com/idemdev/idem/internal/crashpoint"
+)
+
+// producer claims one queue's jobs for this client and runs each on its
+// own goroutine, at most max at a time.
+type producer struct {
+	c     *Client
+	queue string
+	max   int
+
+	mu      sync.Mutex
+	running int
+
+	wake  chan struct{} // new jobs may be due: a notice, or a local enqueue
+	freed chan struct{} // a running job finished
+}
+
+// rescueLimit bounds how many expired jobs one claim hands back.
+const rescueLimit = 100
+
+// claimTimeout bounds one claim: a claim is never cancelled by Stop (a
+// claim whose answer is lost leaves jobs running until their leases end).
+const claimTimeout = 30 * time.Second
+
+func newProducer(c *Client, queue string, max int) *producer {
+	return &producer{c: c, queue: queue, max: max, wake: make(chan struct{}, 1), freed: make(chan struct{}, 1)}
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+func (p *producer) free() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.max - p.running
+}
+
+// run is the fetch loop: claim as many due jobs as there are free slots;
+// when the queue runs dry, wait for a wake-up or the next poll. An idle
+// queue polls with backoff from the fetch cooldown up to PollInterval, or
+// at PollInterval while LISTEN is up. While jobs keep coming, a claim waits
+// (up to FetchCooldown after the previous one) until a quarter of the slots
+// are free, so that claims come in batches rather than one per finished
+// job.
+func (p *producer) run(stop <-chan struct{}) {
+	cfg := p.c.cfg
+	idle := cfg.FetchCooldown
+	batch := (p.max + 3) / 4
+	var last time.Time
+	for {
+		if !p.waitForSlots(stop, batch, last.Add(cfg.FetchCooldown)) {
+			return
+		}
+		n := p.free()
+		sent := time.Now()
+		last = sent
+		rows, err := p.claim(n)
+		if err != nil {
+			p.c.log.LogAttrs(context.Background(), slog.LevelError, "claim failed", slog.String("queue", p.queue), slog.String("error", err.Error()))
+			if !sleep(stop, cfg.PollInterval) {
+				return
+			}
+			continue
+		}
+		for _, r := range rows {
+			crashpoint.Hit(CrashAfterClaim)
+			p.start(r, sent)
+		}
+		if len(rows) > 0 {
+			idle = cfg.FetchCooldown
+			continue
+		}
+		timer := time.NewTimer(idle + rand.N(idle/8+1))
+		select {
+		case <-stop:
+			timer.Stop()
+			return
+		case <-p.wake:
+			idle = cfg.FetchCooldown
+		case <-timer.C:
+			idle = min(max(idle*2, time.Millisecond), cfg.PollInterval)
+			if p.c.listening.Load() {
+				idle = cfg.PollInterval
+			}
+		}
+		timer.Stop()
+	}
+}
+
+// waitForSlots waits until at least one slot is free, and then until want
+// are or the deadline passes. It reports false if stop closed.
+func (p *producer) waitForSlots(stop <-chan struct{}, want int, deadline time.Time) bool {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		free := p.free()
+		if free >= want || free > 0 && !time.Now().Before(deadline) {
+			select {
+			case <-stop:
+				return false
+			default:
+				return true
+			}
+		}
+		var expired <-chan time.Time
+		if free > 0 {
+			timer = time.NewTimer(time.Until(deadline))
+			expired = timer.C
+		}
+		select {
+		case <-stop:
+			return false
+		case <-p.freed:
+		case <-expired:
+		}
+		if timer != nil {
+			timer.Stop()
+			timer = nil
+		}
+	}
+}
+
+func (p *producer) claim(n int) ([]driver.JobRow, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
+	defer cancel()
+	return p.c.drv.ClaimJobs(ctx, driver.ClaimJobsParams{
+		Queue: p.queue, Worker: p.c.cfg.ID, Limit: n, LeaseID: rand.Int64(), Lease: p.c.cfg.Lease, RescueLimit: rescueLimit,
+	})
+}
+
+func (p *producer) start(r driver.JobRow, sent time.Time) {
+	p.mu.Lock()
+	p.running++
+	p.mu.Unlock()
+	ex := &execution{c: p.c, p: p, rec: recordFrom(r), fence: driver.JobFence{ID: r.ID, Attempt: r.Attempt, LeaseID: r.LeaseID}, claimSent: sent}
+	p.c.track(ex)
+	p.c.execs.Add(1)
+	go func() {
+		defer p.c.execs.Done()
+		defer p.done(ex)
+		ex.execute()
+	}()
+}
+
+func (p *producer) done(ex *execution) {
+	p.c.untrack(ex)
+	p.mu.Lock()
+	p.running--
+	p.mu.Unlock()
+	signal(p.freed)
+}

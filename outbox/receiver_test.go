@@ -1,0 +1,68 @@
+package outbox_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+)
+
+// receiver is a webhook endpoint that honours Idempotency-Key: it counts
+// every request per key, and applies the effect of a key once.
+type receiver struct {
+	*httptest.Server
+	mu      sync.Mutex
+	calls   map[string]int      // requests per key
+	effects map[string]int      // effects per key: must never exceed 1
+	seen    map[string][]string // recipients applied, per key
+	fail    func(key string, call int) int
+}
+
+func newReceiver(t *testing.T) *receiver {
+	r := &receiver{calls: map[string]int{}, effects: map[string]int{}, seen: map[string][]string{}}
+	r.Server = httptest.NewServer(http.HandlerFunc(r.serve))
+	t.Cleanup(r.Close)
+	return r
+}
+
+func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
+	key := req.Header.Get("Idempotency-Key")
+	body, _ := io.ReadAll(req.Body)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls[key]++
+	if r.fail != nil {
+		if status := r.fail(key, r.calls[key]); status != 0 {
+			w.WriteHeader(status)
+			return
+		}
+	}
+	if key == "" {
+		http.Error(w, "no key", http.StatusBadRequest)
+		return
+	}
+	if r.effects[key] == 0 {
+		r.effects[key]++
+		var chunk struct{ Recipients []string }
+		if json.Unmarshal(body, &chunk) == nil {
+			r.seen[key] = chunk.Recipients
+		}
+	}
+	w.WriteHeader(http.StatusOK)
+	w.Write([]byte(`{"ok":true}`))
+}
+
+func (r *receiver) snapshot() (calls, effects map[string]int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	calls, effects = map[string]int{}, map[string]int{}
+	for k, v := range r.calls {
+		calls[k] = v
+	}
+	for k, v := range r.effects {
+		effects[k] = v
+	}
+	return calls, effects
+}

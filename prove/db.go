@@ -1,0 +1,81 @@
+package prove
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/idemdev/idem/internal/pgtest"
+)
+
+// database is where a run keeps its ledger and its effects.
+type database struct {
+	url     string
+	driver  string // "sqlite" or "postgres"
+	desc    string // for the report: never carries a password
+	owned   bool   // the prover made it and removes it: it may prune and restart
+	cluster *pgtest.Cluster
+	cleanup func()
+}
+
+// openDatabase turns the --db value into a database:
+//
+//	"", "sqlite"          a temporary SQLite file, removed afterwards
+//	"postgres"            a throwaway PostgreSQL cluster, removed afterwards
+//	sqlite:PATH, postgres://…   the user's database, which is left in place
+func openDatabase(ctx context.Context, db string) (*database, error) {
+	switch db {
+	case "", "sqlite", "sqlite3":
+		dir, err := os.MkdirTemp("", "idem-prove-*")
+		if err != nil {
+			return nil, err
+		}
+		return &database{
+			url: "sqlite:" + filepath.Join(dir, "prove.db"), driver: "sqlite",
+			desc: "temporary SQLite file", owned: true,
+			cleanup: func() { os.RemoveAll(dir) },
+		}, nil
+	case "postgres", "postgresql":
+		c, err := pgtest.Start(ctx, nil)
+		if err != nil {
+			return nil, fmt.Errorf("starting a throwaway PostgreSQL (needs initdb and pg_ctl on PATH or under /usr/lib/postgresql/*/bin): %w", err)
+		}
+		u, err := c.CreateDatabase(ctx, "idem_prove")
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		return &database{
+			url: u, driver: "postgres", desc: "throwaway PostgreSQL cluster",
+			owned: true, cluster: c, cleanup: func() { c.Close() },
+		}, nil
+	}
+	scheme, _, _ := strings.Cut(db, ":")
+	switch scheme {
+	case "sqlite", "sqlite3":
+		return &database{url: db, driver: "sqlite", desc: db, cleanup: func() {}}, nil
+	case "postgres", "postgresql":
+		return &database{url: db, driver: "postgres", desc: redactURL(db), cleanup: func() {}}, nil
+	}
+	return nil, fmt.Errorf("unknown database %q (want sqlite, postgres, sqlite:PATH or postgres://…)", db)
+}
+
+// redactURL hides a password in a database URL.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "postgres://…"
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxx")
+	}
+	q := u.Query()
+	if q.Has("password") {
+		q.Set("password", "xxx")
+		u.RawQuery = q.Encode()
+	}
+	return u.String()
+}

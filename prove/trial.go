@@ -1,0 +1,237 @@
+package prove
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+)
+
+// trial is one scenario (or variant) being run: its keys, its history,
+// its workers and what it found.
+type trial struct {
+	r        *runner
+	name     string
+	variant  string
+	scope    string
+	keys     []string
+	rngMu    sync.Mutex
+	rng      *rand.Rand
+	lease    time.Duration
+	deadline time.Duration // how long a worker keeps retrying one operation
+	h        *history
+
+	// effects reads where the effects happened: key → one entry per
+	// effect. Default: the effects table.
+	effects func(ctx context.Context) (map[string][]string, error)
+	// effectsUnknown: nobody can count the effects; countOnly: they are
+	// counted, but their results are not known.
+	effectsUnknown, countOnly bool
+	// allowParked: parking is a correct end for an operation (a provider
+	// that can neither deduplicate nor be asked).
+	allowParked bool
+	// noLedger: the operations are not ledger keys (jobs), so the ledger
+	// is not consulted.
+	noLedger bool
+	// ledgerKey maps an operation to its ledger key in the trial's scope.
+	// Default: the operation's key.
+	ledgerKey func(op string) string
+	// counts fills scenario-specific counters into the result.
+	counts func(*Result)
+
+	mu       sync.Mutex
+	failures []string
+	notes    []string
+	procs    []*proc
+}
+
+func (r *runner) runTrial(ctx context.Context, i int, sel selected) Result {
+	name := sel.name()
+	start := time.Now()
+	res := Result{Name: name, Driver: r.db.driver, Ops: r.cfg.Ops}
+	if sel.sc.skip != nil {
+		if why := sel.sc.skip(r); why != "" {
+			res.Skipped, res.Reason, res.OK = true, why, true
+			r.prog.skipped(i, name, why)
+			return res
+		}
+	}
+	t := &trial{
+		r: r, name: name, variant: sel.variant, scope: r.scope(name),
+		rng:       trialSeed(r.cfg.Seed, name),
+		lease:     r.cfg.Lease,
+		deadline:  2*time.Minute + time.Duration(r.cfg.Ops)*20*time.Millisecond,
+		h:         newHistory(),
+		ledgerKey: func(op string) string { return op },
+	}
+	for k := range r.cfg.Ops {
+		t.keys = append(t.keys, fmt.Sprintf("op-%05d", k))
+	}
+	t.effects = func(ctx context.Context) (map[string][]string, error) {
+		return localEffects(ctx, r.ledger.Driver().DB(), rebinder(r.ledger.Driver()), t.scope)
+	}
+	r.prog.begin(i, t)
+	tctx, cancel := context.WithTimeout(ctx, t.deadline+time.Minute)
+	if err := sel.sc.run(tctx, t); err != nil {
+		t.fail("%v", err)
+	}
+	cancel()
+	t.killAll()
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	res = t.check(cctx, res)
+	cancel()
+	res.Seconds = time.Since(start).Seconds()
+	t.writeHistory()
+	r.prog.end(i, res)
+	return res
+}
+
+// fail records a failure of the scenario (beyond what the counters show).
+func (t *trial) fail(format string, args ...any) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.failures = append(t.failures, fmt.Sprintf(format, args...))
+}
+
+// note records something worth knowing that is not a failure.
+func (t *trial) note(format string, args ...any) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.notes = append(t.notes, fmt.Sprintf(format, args...))
+}
+
+// record adds e to the history; a malformed history fails the scenario.
+func (t *trial) record(e Event) {
+	if err := t.h.add(e); err != nil {
+		t.fail("%v", err)
+	}
+}
+
+func (t *trial) track(p *proc) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.procs = append(t.procs, p)
+}
+
+// killAll kills every worker still running and waits for it.
+func (t *trial) killAll() {
+	t.mu.Lock()
+	procs := slices.Clone(t.procs)
+	t.mu.Unlock()
+	for _, p := range procs {
+		select {
+		case <-p.done:
+		default:
+			p.kill()
+			<-p.done
+		}
+	}
+}
+
+// job is one worker to run: its spec and its armed crash points.
+type job struct {
+	s     spec
+	crash string
+}
+
+// runAll runs the jobs, at most Workers at a time, and waits for all. A
+// worker killed by its armed crash point is expected; any other failure
+// is an error.
+func (t *trial) runAll(ctx context.Context, jobs []job) error {
+	sem := make(chan struct{}, t.r.cfg.Workers)
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for _, j := range jobs {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return ctx.Err()
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			p, err := t.start(ctx, j.s, j.crash)
+			if err == nil {
+				err = p.wait(ctx, j.crash != "")
+			}
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// split hands keys to Workers workers of spec s, in contiguous chunks.
+func (t *trial) split(s spec, keys []string) []job {
+	n := min(t.r.cfg.Workers, len(keys))
+	var jobs []job
+	for i := range n {
+		c := s
+		c.Keys = keys[i*len(keys)/n : (i+1)*len(keys)/n]
+		jobs = append(jobs, job{s: c})
+	}
+	return jobs
+}
+
+// shuffled returns the keys in a random order (from the trial's seed).
+func (t *trial) shuffled() []string {
+	k := slices.Clone(t.keys)
+	t.rngMu.Lock()
+	defer t.rngMu.Unlock()
+	t.rng.Shuffle(len(k), func(i, j int) { k[i], k[j] = k[j], k[i] })
+	return k
+}
+
+// intN draws from the trial's seeded stream: [0, n).
+func (t *trial) intN(n int) int {
+	t.rngMu.Lock()
+	defer t.rngMu.Unlock()
+	return t.rng.IntN(n)
+}
+
+// unsettled returns the keys that have had no OK yet.
+func (t *trial) unsettled() []string {
+	var out []string
+	for _, k := range t.keys {
+		if !t.h.isSettled(k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
+// writeHistory appends the trial's history to Config.History.
+func (t *trial) writeHistory() {
+	w := t.r.cfg.History
+	if w == nil {
+		return
+	}
+	enc := json.NewEncoder(w)
+	for _, e := range t.h.snapshot() {
+		enc.Encode(struct {
+			Scenario string `json:"scenario"`
+			Event
+		}{t.name, e})
+	}
+}
