@@ -94,7 +94,8 @@ type Options struct {
 type DeadJob struct {
 	Queue     string
 	ID        string
-	Key       string
+	Kind      string
+	Key       string // the unique key; empty if none
 	Attempts  int
 	LastError string
 	DiedAt    time.Time

@@ -71,6 +71,7 @@ func (c *Client) Requeue(ctx context.Context, id int64) (*Record, error) {
 	if err != nil {
 		return nil, c.adminErr("requeue", id, err)
 	}
+	c.cfg.Metrics.JobTransition(r.Queue, TransitionDead, TransitionAvailable)
 	c.announce(ctx, nil, []string{r.Queue}) // never fails outside a transaction
 	return recordFrom(r), nil
 }
@@ -80,6 +81,19 @@ func (c *Client) Requeue(ctx context.Context, id int64) (*Record, error) {
 func (c *Client) Discard(ctx context.Context, id int64) error {
 	if err := c.drv.DeleteJob(ctx, id, []driver.JobState{driver.JobDead}); err != nil {
 		return c.adminErr("discard", id, err)
+	}
+	return nil
+}
+
+// Delete deletes a job in any state: Discard without its guard, for an
+// operator who wants a job gone before it runs, or its unique key freed.
+// A worker running the job keeps running; its heartbeat and completion
+// find no claim (ErrLeaseLost), its context is cancelled, and nothing is
+// recorded. Effects it made outside its CompleteTx transaction stay made.
+func (c *Client) Delete(ctx context.Context, id int64) error {
+	all := []driver.JobState{driver.JobAvailable, driver.JobRunning, driver.JobCompleted, driver.JobDead}
+	if err := c.drv.DeleteJob(ctx, id, all); err != nil {
+		return c.adminErr("delete", id, err)
 	}
 	return nil
 }

@@ -84,6 +84,10 @@ type Config struct {
 	// Logger receives one line per notable event, each carrying job_id,
 	// queue, kind and attempt. Default slog.Default().
 	Logger *slog.Logger
+	// Metrics receives job transitions and run times: pass a
+	// *metrics.Collector. Default none. For idem_queue_depth, also pass
+	// the client's QueueDepth to the collector's QueueDepthFrom.
+	Metrics Metrics
 }
 
 // QueueConfig configures one queue.
@@ -113,6 +117,9 @@ func (cfg *Config) withDefaults() (Config, error) {
 	c.Retention = cmp.Or(c.Retention, DefaultRetention)
 	c.MaxArgsBytes = cmp.Or(c.MaxArgsBytes, DefaultMaxArgsBytes)
 	c.Logger = cmp.Or(c.Logger, slog.Default())
+	if c.Metrics == nil {
+		c.Metrics = noMetrics{}
+	}
 	if c.ID == "" {
 		host, _ := os.Hostname()
 		c.ID = host + "/" + strconv.Itoa(os.Getpid()) + "/" + strconv.FormatUint(rand.Uint64()&0xffffff, 36)

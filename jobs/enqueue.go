@@ -115,7 +115,11 @@ func (c *Client) enqueue(ctx context.Context, tx *sql.Tx, params []EnqueueParams
 	var due []string
 	for i, r := range rows {
 		out[i] = EnqueueResult{Job: recordFrom(r), Duplicate: dup[i]}
-		if !dup[i] && !r.RunAt.After(r.Now) {
+		if dup[i] {
+			continue
+		}
+		c.cfg.Metrics.JobTransition(r.Queue, TransitionNone, TransitionAvailable)
+		if !r.RunAt.After(r.Now) {
 			due = append(due, r.Queue)
 		}
 	}

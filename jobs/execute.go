@@ -33,6 +33,7 @@ func (ex *execution) execute() {
 	}
 	stopHeartbeat := ex.keepAlive(ctx, cancel)
 	err := ex.run(ctx)
+	ex.ran.Store(max(int64(time.Since(ex.started)), 1))
 	stopHeartbeat()
 	cause := context.Cause(ctx)
 
@@ -77,6 +78,9 @@ func (ex *execution) run(ctx context.Context) (err error) {
 // permanent or the attempts are used up.
 func (ex *execution) fail(ctx context.Context, err error) {
 	msg := err.Error()
+	if msg == "" { // an empty error would read as a release (see finishEnds)
+		msg = fmt.Sprintf("%T with an empty message", err)
+	}
 	if len(msg) > maxErrorLen {
 		msg = msg[:maxErrorLen] + "…"
 	}
@@ -109,13 +113,16 @@ func (ex *execution) finish(ctx context.Context, p driver.FinishJobParams, what 
 	err := ex.c.finisher.finish(ctx, p)
 	switch {
 	case errors.Is(err, driver.ErrFenced):
+		ex.observe("", RunLeaseLost)
 		ex.log(ctx, slog.LevelWarn, "lease lost before the job could be "+what+"; another worker owns it", attrs...)
 	case err != nil:
+		ex.observe("", RunError)
 		// Unknown outcome: if the write did not happen, the lease ends and
 		// the job is rescued.
 		ex.log(ctx, slog.LevelError, "recording the job as "+what+" failed; it will be rescued after its lease",
 			append(attrs, slog.String("write_error", err.Error()))...)
 	default:
+		ex.observe(finishEnds(p))
 		level := slog.LevelDebug
 		if p.State != driver.JobCompleted {
 			level = slog.LevelInfo
@@ -134,14 +141,31 @@ func (ex *execution) confirm(ctx context.Context) {
 	row, err := ex.c.drv.GetJob(ctx, ex.rec.ID)
 	switch {
 	case err != nil:
+		ex.observe("", RunError)
 		ex.log(ctx, slog.LevelError, "cannot confirm CompleteTx; if it did not commit, the job is rescued after its lease", slog.String("error", err.Error()))
 	case row.Attempt != ex.fence.Attempt || row.LeaseID != ex.fence.LeaseID:
+		ex.observe("", RunLeaseLost)
 		ex.log(ctx, slog.LevelWarn, "job re-claimed by another worker before CompleteTx committed")
 	case row.State == driver.JobCompleted:
+		ex.observe(TransitionCompleted, RunSucceeded)
 		ex.log(ctx, slog.LevelDebug, "job completed")
 	case row.State == driver.JobRunning:
 		ex.fail(ctx, errors.New("the worker returned nil, but the transaction passed to CompleteTx did not commit"))
 	default:
+		ex.observe("", RunLeaseLost)
 		ex.log(ctx, slog.LevelWarn, "job left running state before CompleteTx committed", slog.String("state", string(row.State)))
 	}
+}
+
+// finishEnds names, for Metrics, the end of a claim that p wrote.
+func finishEnds(p driver.FinishJobParams) (to, outcome string) {
+	switch {
+	case p.State == driver.JobCompleted:
+		return TransitionCompleted, RunSucceeded
+	case p.State == driver.JobDead:
+		return TransitionDead, RunDead
+	case p.Error == "":
+		return TransitionReleased, RunReleased
+	}
+	return TransitionRetryable, RunRetry
 }

@@ -80,6 +80,29 @@ type execution struct {
 	// ended is set by whoever makes the claim's final write: the executor,
 	// or Stop releasing the job; the other then writes nothing.
 	ended atomic.Bool
+	// started is when the claimed job was handed to its goroutine; ran, in
+	// nanoseconds, how long it ran once its work returned (zero while it
+	// runs). For Metrics.JobRun.
+	started time.Time
+	ran     atomic.Int64
+}
+
+// runTime is how long the work ran, or has run so far.
+func (ex *execution) runTime() time.Duration {
+	if d := ex.ran.Load(); d > 0 {
+		return time.Duration(d)
+	}
+	return time.Since(ex.started)
+}
+
+// observe reports how the claim ended to Config.Metrics: a transition
+// (when to is not empty) and the run's time and outcome.
+func (ex *execution) observe(to, outcome string) {
+	m := ex.c.cfg.Metrics
+	if to != "" {
+		m.JobTransition(ex.rec.Queue, TransitionRunning, to)
+	}
+	m.JobRun(ex.rec.Queue, outcome, ex.runTime())
 }
 
 func (ex *execution) resultBytes() []byte {

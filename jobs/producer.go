@@ -150,7 +150,12 @@ func (p *producer) start(r driver.JobRow, sent time.Time) {
 	p.mu.Lock()
 	p.running++
 	p.mu.Unlock()
-	ex := &execution{c: p.c, p: p, rec: recordFrom(r), fence: driver.JobFence{ID: r.ID, Attempt: r.Attempt, LeaseID: r.LeaseID}, claimSent: sent}
+	ex := &execution{c: p.c, p: p, rec: recordFrom(r), fence: driver.JobFence{ID: r.ID, Attempt: r.Attempt, LeaseID: r.LeaseID}, claimSent: sent, started: time.Now()}
+	m := p.c.cfg.Metrics
+	if rescued(ex.rec) {
+		m.JobTransition(p.queue, TransitionRunning, TransitionRescued)
+	}
+	m.JobTransition(p.queue, TransitionAvailable, TransitionRunning)
 	p.c.track(ex)
 	p.c.execs.Add(1)
 	go func() {

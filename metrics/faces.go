@@ -12,7 +12,7 @@ func (c *Collector) GatewayAdded(d time.Duration) { c.gatewayAdded.Observe(d.Sec
 
 // JobTransition counts one job moving from one state to another in queue
 // (e.g. "available" → "running", "running" → "retryable", "running" →
-// "discarded" for a dead letter). Queue names are a label: keep them few.
+// "dead"; jobs.Metrics lists them). Queue names are a label: keep them few.
 func (c *Collector) JobTransition(queue, from, to string) {
 	c.jobTransitions.WithLabelValues(queue, from, to).Inc()
 }

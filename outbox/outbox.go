@@ -48,16 +48,21 @@ type Config struct {
 	PollInterval time.Duration
 	Retention    time.Duration
 	Logger       *slog.Logger
+	// Metrics receives delivery outcomes, chunk retries, and the job
+	// transitions and run times of the deliveries (queue Queue): pass a
+	// *metrics.Collector. Default none.
+	Metrics Metrics
 }
 
 // Outbox adds messages inside business transactions and, once started,
 // relays them.
 type Outbox struct {
-	jobs   *jobs.Client
-	queue  string
-	chunk  int
-	client *http.Client
-	log    *slog.Logger
+	jobs    *jobs.Client
+	queue   string
+	chunk   int
+	client  *http.Client
+	log     *slog.Logger
+	metrics Metrics
 }
 
 // New makes an outbox on the ledger's database.
@@ -82,13 +87,17 @@ func New(l *idem.Ledger, cfg *Config) (*Outbox, error) {
 	case c.Timeout < 0:
 		return nil, inputErr("timeout", "%v must not be negative", c.Timeout)
 	}
-	o := &Outbox{queue: c.Queue, chunk: c.ChunkSize, client: c.Client, log: c.Logger}
+	if c.Metrics == nil {
+		c.Metrics = noMetrics{}
+	}
+	o := &Outbox{queue: c.Queue, chunk: c.ChunkSize, client: c.Client, log: c.Logger, metrics: c.Metrics}
 	ws := jobs.NewWorkers()
 	jobs.AddWorker(ws, &relay{o: o, timeout: c.Timeout})
 	jc, err := jobs.New(l, &jobs.Config{
 		Queues:  map[string]jobs.QueueConfig{c.Queue: {MaxWorkers: c.Workers}},
 		Workers: ws, Lease: c.Lease, MaxAttempts: c.MaxAttempts, Backoff: c.Backoff,
 		PollInterval: c.PollInterval, Retention: c.Retention, MaxArgsBytes: c.MaxBodyBytes, Logger: c.Logger,
+		Metrics: c.Metrics,
 	})
 	if err != nil {
 		return nil, err

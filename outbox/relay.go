@@ -35,6 +35,15 @@ type Outcome struct {
 // Retry-After if the receiver sent one); any other answer dead-letters it.
 // Each attempt carries the same Idempotency-Key.
 func (r *relay) Work(ctx context.Context, j *jobs.Job[delivery]) error {
+	if j.Attempt > 1 && isChunk(j.Args.Key) {
+		r.o.metrics.ChunkRetry(face)
+	}
+	err := r.deliver(ctx, j)
+	r.observe(ctx, j, err)
+	return err
+}
+
+func (r *relay) deliver(ctx context.Context, j *jobs.Job[delivery]) error {
 	d := j.Args
 	if r.timeout > 0 {
 		var cancel context.CancelFunc

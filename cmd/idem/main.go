@@ -1,6 +1,6 @@
 // Command idem is the command line for idem: the gateway (serve), the
-// prover (prove), and the operator's tools (keys, reconcile, prune,
-// migrate, fingerprint).
+// prover (prove), and the operator's tools (keys, reconcile, prune, jobs,
+// outbox, migrate, fingerprint).
 //
 // Exit codes: 0 success; 1 the command ran and found a failure (a prove
 // verdict, a refused reconcile, a database error); 2 bad usage or bad input.
