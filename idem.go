@@ -66,6 +66,13 @@ type Options struct {
 	// SyncNormal runs SQLite with synchronous=NORMAL instead of FULL: safe
 	// against a killed process, not against a power cut.
 	SyncNormal bool
+	// MaxBatch bounds group commit: concurrent claims, completions and
+	// heartbeats that do not join a caller's transaction are written, at
+	// most MaxBatch at a time, in one transaction (one fsync), and each
+	// caller is answered only after that commit. A lone caller waits for
+	// nobody. 0 means the driver's default (see docs/performance.md); -1
+	// commits every write on its own.
+	MaxBatch int
 	// Observer, when set, is told about every claim outcome and finish, for
 	// metrics. It must not block.
 	Observer Observer
@@ -102,7 +109,7 @@ func Open(ctx context.Context, url string, opts *Options) (*Ledger, error) {
 	if opts != nil {
 		o = *opts
 	}
-	cfg := driver.Config{Now: o.Clock, NoMigrate: o.NoMigrate, SyncNormal: o.SyncNormal}
+	cfg := driver.Config{Now: o.Clock, NoMigrate: o.NoMigrate, SyncNormal: o.SyncNormal, MaxBatch: o.MaxBatch}
 	drv, err := OpenDriver(ctx, url, cfg)
 	if err != nil {
 		return nil, err

@@ -94,6 +94,13 @@ type Config struct {
 	// SyncNormal lowers SQLite's durability from synchronous=FULL to NORMAL:
 	// a killed process loses nothing, a power cut may lose recent commits.
 	SyncNormal bool
+	// MaxBatch bounds group commit: concurrent ledger writes that do not
+	// join a caller's transaction (claims, takeovers, heartbeats, finishes)
+	// are gathered, at most MaxBatch at a time, and committed in one
+	// transaction; each caller is answered after that commit, with its own
+	// result. 0 means the driver's measured default; -1 (or 1) commits every
+	// write on its own.
+	MaxBatch int
 }
 
 // ClaimParams asks for a new record, or for the existing one.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemdev/idem/driver"
+	"github.com/idemdev/idem/internal/groupcommit"
 )
 
 var colNames = []string{"scope", "key", "fingerprint", "state", "attempt", "lease_id", "lease_until", "retention_ms",
@@ -49,37 +50,62 @@ func scanRecord(s scanner, lead ...any) (driver.Record, error) {
 	return r, nil
 }
 
-// Claim inserts a new record or returns the existing one, in one statement.
-// The read of an existing row sees the statement's snapshot: if a racing
-// inserter committed after it was taken, no row comes back and the caller
-// tries again (ErrConflict).
+// Claim inserts a new record or returns the existing one. The insert is one
+// statement (group-committed with other callers' writes unless q is set)
+// that returns only what the server computed, since a new record holds
+// exactly what was inserted. An existing record is read by a second
+// statement, after the insert's commit, so that it sees a row that a
+// concurrent inserter (or a write of the same batch) committed while the
+// insert waited for it; if the row is gone by then (pruned), ErrConflict
+// and the caller tries again.
 func (d *Driver) Claim(ctx context.Context, q driver.Querier, p driver.ClaimParams) (driver.Record, bool, error) {
+	var (
+		rec     driver.Record
+		created bool
+	)
+	err := d.write(ctx, q, &groupcommit.Write{
+		Key: p.Scope + "\x00" + p.Key,
+		Query: clockCTE + `INSERT INTO idem_keys
+	(scope, key, fingerprint, state, attempt, lease_id, lease_until, retention_ms, tombstone_ms, created_at, updated_at)
+	SELECT $2, $3, $4, 'in_progress', 1, $5, c.now + $6` + msInterval + `, $7, $8, c.now, c.now FROM c
+	ON CONFLICT (scope, key) DO NOTHING
+	RETURNING lease_until, created_at`,
+		Args: []any{d.clock(), p.Scope, p.Key, p.Fingerprint, p.LeaseID, p.Lease.Milliseconds(), p.Retention.Milliseconds(), p.TombstoneTTL.Milliseconds()},
+		Row: func(row groupcommit.Scanner) error {
+			err := row.Scan(&rec.LeaseUntil, &rec.CreatedAt)
+			created = err == nil
+			return groupcommit.NoRowIsAnswer(err)
+		},
+	})
+	if err != nil {
+		return driver.Record{}, false, fmt.Errorf("postgres: claim: %w", err)
+	}
+	if created {
+		return driver.Record{
+			Scope: p.Scope, Key: p.Key, Fingerprint: p.Fingerprint, State: driver.StateInProgress,
+			Attempt: 1, LeaseID: p.LeaseID, LeaseUntil: rec.LeaseUntil,
+			Retention:    time.Duration(p.Retention.Milliseconds()) * time.Millisecond,
+			TombstoneTTL: time.Duration(p.TombstoneTTL.Milliseconds()) * time.Millisecond,
+			CreatedAt:    rec.CreatedAt, UpdatedAt: rec.CreatedAt, Now: rec.CreatedAt,
+		}, true, nil
+	}
 	if q == nil {
 		q = d.db
 	}
-	var created bool
-	row := q.QueryRowContext(ctx, clockCTE+`, ins AS (
-	INSERT INTO idem_keys (scope, key, fingerprint, state, attempt, lease_id, lease_until, retention_ms, tombstone_ms, created_at, updated_at)
-	SELECT $2, $3, $4, 'in_progress', 1, $5, c.now + $6`+msInterval+`, $7, $8, c.now, c.now FROM c
-	ON CONFLICT (scope, key) DO NOTHING
-	RETURNING `+cols("")+`)
-SELECT true, `+cols("ins.")+`, c.now FROM ins, c
-UNION ALL
-SELECT false, `+cols("k.")+`, c.now FROM idem_keys k, c WHERE k.scope = $2 AND k.key = $3 AND NOT EXISTS (SELECT 1 FROM ins)`,
-		d.clock(), p.Scope, p.Key, p.Fingerprint, p.LeaseID, p.Lease.Milliseconds(), p.Retention.Milliseconds(), p.TombstoneTTL.Milliseconds())
-	rec, err := scanRecord(row, &created)
-	if errors.Is(err, sql.ErrNoRows) {
+	rec, err = d.get(ctx, q, p.Scope, p.Key)
+	if errors.Is(err, driver.ErrNotFound) {
 		return rec, false, driver.ErrConflict
 	}
-	if err != nil {
-		return rec, false, fmt.Errorf("postgres: claim: %w", err)
-	}
-	return rec, created, nil
+	return rec, false, err
 }
 
 // Get reads one record.
 func (d *Driver) Get(ctx context.Context, scope, key string) (driver.Record, error) {
-	rec, err := scanRecord(d.db.QueryRowContext(ctx, clockCTE+`SELECT `+cols("k.")+`, c.now FROM idem_keys k, c
+	return d.get(ctx, d.db, scope, key)
+}
+
+func (d *Driver) get(ctx context.Context, q driver.Querier, scope, key string) (driver.Record, error) {
+	rec, err := scanRecord(q.QueryRowContext(ctx, clockCTE+`SELECT `+cols("k.")+`, c.now FROM idem_keys k, c
 	WHERE k.scope = $2 AND k.key = $3`, d.clock(), scope, key))
 	if errors.Is(err, sql.ErrNoRows) {
 		return rec, driver.ErrNotFound
@@ -93,32 +119,39 @@ func (d *Driver) Get(ctx context.Context, scope, key string) (driver.Record, err
 // Takeover is a compare-and-swap on (state, attempt) that re-checks that the
 // record is free to take.
 func (d *Driver) Takeover(ctx context.Context, q driver.Querier, p driver.TakeoverParams) (driver.Record, error) {
-	if q == nil {
-		q = d.db
-	}
-	var row *sql.Row
+	w := &groupcommit.Write{Key: p.Scope + "\x00" + p.Key}
 	if p.Park {
-		row = q.QueryRowContext(ctx, clockCTE+`UPDATE idem_keys k SET state = 'parked', lease_until = c.now, updated_at = c.now
+		w.Query = clockCTE + `UPDATE idem_keys k SET state = 'parked', lease_until = c.now, updated_at = c.now
 	FROM c WHERE k.scope = $2 AND k.key = $3 AND k.state = 'in_progress' AND k.attempt = $4 AND k.lease_until <= c.now
-	RETURNING `+cols("k.")+`, c.now`, d.clock(), p.Scope, p.Key, p.FromAttempt)
+	RETURNING ` + cols("k.") + `, c.now`
+		w.Args = []any{d.clock(), p.Scope, p.Key, p.FromAttempt}
 	} else {
-		row = q.QueryRowContext(ctx, clockCTE+`UPDATE idem_keys k SET state = 'in_progress', attempt = k.attempt + 1,
-	lease_id = $2, lease_until = c.now + $3`+msInterval+`, fingerprint = $4, retention_ms = $5, tombstone_ms = $6, updated_at = c.now,
+		w.Query = clockCTE + `UPDATE idem_keys k SET state = 'in_progress', attempt = k.attempt + 1,
+	lease_id = $2, lease_until = c.now + $3` + msInterval + `, fingerprint = $4, retention_ms = $5, tombstone_ms = $6, updated_at = c.now,
 	completed_at = NULL, expires_at = NULL, tombstone_until = NULL, status = 0, meta = NULL, body = NULL
 	FROM c WHERE k.scope = $7 AND k.key = $8 AND k.state = $9 AND k.attempt = $10
 	AND (k.state = 'released'
 		OR (k.state = 'in_progress' AND k.lease_until <= c.now)
 		OR (k.state IN ('succeeded', 'failed', 'tombstone') AND k.tombstone_until <= c.now))
-	RETURNING `+cols("k.")+`, c.now`,
-			d.clock(), p.LeaseID, p.Lease.Milliseconds(), p.Fingerprint, p.Retention.Milliseconds(), p.TombstoneTTL.Milliseconds(),
-			p.Scope, p.Key, string(p.FromState), p.FromAttempt)
+	RETURNING ` + cols("k.") + `, c.now`
+		w.Args = []any{d.clock(), p.LeaseID, p.Lease.Milliseconds(), p.Fingerprint, p.Retention.Milliseconds(), p.TombstoneTTL.Milliseconds(),
+			p.Scope, p.Key, string(p.FromState), p.FromAttempt}
 	}
-	rec, err := scanRecord(row)
-	if errors.Is(err, sql.ErrNoRows) {
-		return rec, driver.ErrConflict
+	var (
+		rec   driver.Record
+		taken bool
+	)
+	w.Row = func(row groupcommit.Scanner) error {
+		var err error
+		rec, err = scanRecord(row)
+		taken = err == nil
+		return groupcommit.NoRowIsAnswer(err)
 	}
-	if err != nil {
+	if err := d.write(ctx, q, w); err != nil {
 		return rec, fmt.Errorf("postgres: takeover: %w", err)
+	}
+	if !taken {
+		return rec, driver.ErrConflict
 	}
 	return rec, nil
 }
@@ -128,17 +161,26 @@ const fenced = `k.scope = $2 AND k.key = $3 AND k.attempt = $4 AND k.lease_id = 
 
 // Heartbeat extends a held lease.
 func (d *Driver) Heartbeat(ctx context.Context, f driver.Fence, lease time.Duration) (time.Time, error) {
-	var until time.Time
-	err := d.db.QueryRowContext(ctx, clockCTE+`UPDATE idem_keys k SET lease_until = c.now + $6`+msInterval+`, updated_at = c.now
-	FROM c WHERE `+fenced+` RETURNING k.lease_until`,
-		d.clock(), f.Scope, f.Key, f.Attempt, f.LeaseID, lease.Milliseconds()).Scan(&until)
-	if errors.Is(err, sql.ErrNoRows) {
-		return time.Time{}, driver.ErrFenced
-	}
+	var until sql.NullTime
+	err := d.write(ctx, nil, &groupcommit.Write{
+		Key: f.Scope + "\x00" + f.Key,
+		Query: clockCTE + `UPDATE idem_keys k SET lease_until = c.now + $6` + msInterval + `, updated_at = c.now
+	FROM c WHERE ` + fenced + ` RETURNING k.lease_until`,
+		Args: []any{d.clock(), f.Scope, f.Key, f.Attempt, f.LeaseID, lease.Milliseconds()},
+		Row: func(row groupcommit.Scanner) error {
+			until = sql.NullTime{}
+			err := row.Scan(&until.Time)
+			until.Valid = err == nil
+			return groupcommit.NoRowIsAnswer(err)
+		},
+	})
 	if err != nil {
 		return time.Time{}, fmt.Errorf("postgres: heartbeat: %w", err)
 	}
-	return until, nil
+	if !until.Valid {
+		return time.Time{}, driver.ErrFenced
+	}
+	return until.Time, nil
 }
 
 // finishSet is the SET clause shared by Finish and Resolve ($6…$9):
@@ -151,17 +193,17 @@ const finishSet = `state = $6, lease_until = c.now, updated_at = c.now,
 
 // Finish ends a held claim, in the caller's transaction when q is not nil.
 func (d *Driver) Finish(ctx context.Context, q driver.Querier, p driver.FinishParams) error {
-	if q == nil {
-		q = d.db
-	}
-	res, err := q.ExecContext(ctx, clockCTE+`UPDATE idem_keys k SET `+finishSet+` FROM c WHERE `+fenced,
-		d.clock(), p.Scope, p.Key, p.Attempt, p.LeaseID, string(p.State), p.Status, p.Meta, p.Body)
+	var n int64
+	err := d.write(ctx, q, &groupcommit.Write{
+		Key:   p.Scope + "\x00" + p.Key,
+		Query: clockCTE + `UPDATE idem_keys k SET ` + finishSet + ` FROM c WHERE ` + fenced,
+		Args:  []any{d.clock(), p.Scope, p.Key, p.Attempt, p.LeaseID, string(p.State), p.Status, p.Meta, p.Body},
+		Exec:  func(rows int64) error { n = rows; return nil },
+	})
 	if err != nil {
 		return fmt.Errorf("postgres: finish: %w", err)
 	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("postgres: finish: %w", err)
-	} else if n == 0 {
+	if n == 0 {
 		return driver.ErrFenced
 	}
 	return nil

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/idemdev/idem/driver"
+	"github.com/idemdev/idem/internal/groupcommit"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 )
@@ -45,6 +46,10 @@ type Driver struct {
 	url  string
 	now  func() time.Time
 	migs []driver.Migration
+	// gc gathers ledger writes into group commits (nil: off), sent by the
+	// committers on connections of their own.
+	gc         *groupcommit.Queue
+	committers []*committer
 }
 
 // Open connects to url (postgres://… or postgresql://…) and checks that the
@@ -71,6 +76,7 @@ func Open(ctx context.Context, url string, cfg driver.Config) (*Driver, error) {
 			return nil, err
 		}
 	}
+	d.startGroupCommit(cc, cfg.MaxBatch)
 	return d, nil
 }
 
@@ -105,8 +111,12 @@ func (d *Driver) Migrate(ctx context.Context) error {
 	return tx.Commit()
 }
 
-// Close closes the pool.
-func (d *Driver) Close() error { return d.db.Close() }
+// Close waits for the group commits in flight, then closes the committers'
+// connections and the pool.
+func (d *Driver) Close() error {
+	d.stopGroupCommit()
+	return d.db.Close()
+}
 
 // clock is the value bound to $1 of every statement: nil means the server's
 // now(), an injected clock (tests) overrides it.

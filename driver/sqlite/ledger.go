@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemdev/idem/driver"
+	"github.com/idemdev/idem/internal/groupcommit"
 )
 
 const cols = `scope, key, fingerprint, state, attempt, lease_id, lease_until, retention_ms, tombstone_ms,
@@ -50,28 +51,40 @@ func scanRecord(s scanner, now int64) (driver.Record, error) {
 }
 
 // Claim inserts a new record or returns the existing one. The insert is one
-// autocommit statement on the writer; the read of an existing row uses the
-// read pool, so replays do not queue behind writers.
+// statement on the writer (group-committed with other callers' writes
+// unless q is set); it returns no columns, since a new record holds exactly
+// what was inserted. The read of an existing row uses the read pool, so
+// replays do not queue behind writers. The read comes after the insert's
+// commit, so it sees a row that a write of the same batch inserted.
 func (d *Driver) Claim(ctx context.Context, q driver.Querier, p driver.ClaimParams) (driver.Record, bool, error) {
-	w, r := driver.Querier(d.w), driver.Querier(d.r)
+	r := driver.Querier(d.r)
 	if q != nil {
-		w, r = q, q
+		r = q
 	}
 	now := d.nowMS()
-	row := w.QueryRowContext(ctx, `INSERT INTO idem_keys
+	var created bool
+	err := d.write(ctx, q, &groupcommit.Write{
+		Key: p.Scope + "\x00" + p.Key,
+		Query: `INSERT INTO idem_keys
 	(scope, key, fingerprint, state, attempt, lease_id, lease_until, retention_ms, tombstone_ms, created_at, updated_at)
-	VALUES (?, ?, ?, 'in_progress', 1, ?, ?, ?, ?, ?, ?)
-	ON CONFLICT (scope, key) DO NOTHING
-	RETURNING `+cols,
-		p.Scope, p.Key, p.Fingerprint, p.LeaseID, now+ms(p.Lease), ms(p.Retention), ms(p.TombstoneTTL), now, now)
-	rec, err := scanRecord(row, now)
-	if err == nil {
-		return rec, true, nil
+	VALUES (?1, ?2, ?3, 'in_progress', 1, ?4, ?5, ?6, ?7, ?8, ?8)
+	ON CONFLICT (scope, key) DO NOTHING`,
+		Args: []any{p.Scope, p.Key, p.Fingerprint, p.LeaseID, now + ms(p.Lease), ms(p.Retention), ms(p.TombstoneTTL), now},
+		Exec: func(n int64) error { created = n == 1; return nil },
+	})
+	if err != nil {
+		return driver.Record{}, false, fmt.Errorf("sqlite: claim: %w", err)
 	}
-	if !errors.Is(err, sql.ErrNoRows) {
-		return rec, false, fmt.Errorf("sqlite: claim: %w", err)
+	if created {
+		return driver.Record{
+			Scope: p.Scope, Key: p.Key, Fingerprint: p.Fingerprint, State: driver.StateInProgress,
+			Attempt: 1, LeaseID: p.LeaseID, LeaseUntil: fromMS(now + ms(p.Lease)),
+			Retention:    time.Duration(ms(p.Retention)) * time.Millisecond,
+			TombstoneTTL: time.Duration(ms(p.TombstoneTTL)) * time.Millisecond,
+			CreatedAt:    fromMS(now), UpdatedAt: fromMS(now), Now: fromMS(now),
+		}, true, nil
 	}
-	rec, err = d.get(ctx, r, p.Scope, p.Key)
+	rec, err := d.get(ctx, r, p.Scope, p.Key)
 	if errors.Is(err, driver.ErrNotFound) {
 		return rec, false, driver.ErrConflict // pruned between the two steps
 	}
@@ -104,30 +117,36 @@ const takeable = `(state = 'released'
 // Takeover is a compare-and-swap on (state, attempt) that also re-checks
 // that the record is free to take.
 func (d *Driver) Takeover(ctx context.Context, q driver.Querier, p driver.TakeoverParams) (driver.Record, error) {
-	if q == nil {
-		q = d.w
-	}
 	now := d.nowMS()
-	var row *sql.Row
+	var w *groupcommit.Write
 	if p.Park {
-		row = q.QueryRowContext(ctx, `UPDATE idem_keys SET state = 'parked', lease_until = ?1, updated_at = ?1
+		w = &groupcommit.Write{Query: `UPDATE idem_keys SET state = 'parked', lease_until = ?1, updated_at = ?1
 	WHERE scope = ?2 AND key = ?3 AND state = 'in_progress' AND attempt = ?4 AND lease_until <= ?1
-	RETURNING `+cols, now, p.Scope, p.Key, p.FromAttempt)
+	RETURNING ` + cols, Args: []any{now, p.Scope, p.Key, p.FromAttempt}}
 	} else {
-		row = q.QueryRowContext(ctx, `UPDATE idem_keys SET state = 'in_progress', attempt = attempt + 1,
+		w = &groupcommit.Write{Query: `UPDATE idem_keys SET state = 'in_progress', attempt = attempt + 1,
 	lease_id = ?2, lease_until = ?3, fingerprint = ?4, retention_ms = ?5, tombstone_ms = ?6, updated_at = ?1,
 	completed_at = NULL, expires_at = NULL, tombstone_until = NULL, status = 0, meta = NULL, body = NULL
-	WHERE scope = ?7 AND key = ?8 AND state = ?9 AND attempt = ?10 AND `+takeable+`
-	RETURNING `+cols,
-			now, p.LeaseID, now+ms(p.Lease), p.Fingerprint, ms(p.Retention), ms(p.TombstoneTTL),
-			p.Scope, p.Key, string(p.FromState), p.FromAttempt)
+	WHERE scope = ?7 AND key = ?8 AND state = ?9 AND attempt = ?10 AND ` + takeable + `
+	RETURNING ` + cols, Args: []any{now, p.LeaseID, now + ms(p.Lease), p.Fingerprint, ms(p.Retention), ms(p.TombstoneTTL),
+			p.Scope, p.Key, string(p.FromState), p.FromAttempt}}
 	}
-	rec, err := scanRecord(row, now)
-	if errors.Is(err, sql.ErrNoRows) {
-		return rec, driver.ErrConflict
+	var (
+		rec   driver.Record
+		taken bool
+	)
+	w.Key = p.Scope + "\x00" + p.Key
+	w.Row = func(row groupcommit.Scanner) error {
+		var err error
+		rec, err = scanRecord(row, now)
+		taken = err == nil
+		return groupcommit.NoRowIsAnswer(err)
 	}
-	if err != nil {
+	if err := d.write(ctx, q, w); err != nil {
 		return rec, fmt.Errorf("sqlite: takeover: %w", err)
+	}
+	if !taken {
+		return rec, driver.ErrConflict
 	}
 	return rec, nil
 }
@@ -138,16 +157,25 @@ const fenced = `scope = ?2 AND key = ?3 AND attempt = ?4 AND lease_id = ?5 AND s
 // Heartbeat extends a held lease.
 func (d *Driver) Heartbeat(ctx context.Context, f driver.Fence, lease time.Duration) (time.Time, error) {
 	now := d.nowMS()
-	var until int64
-	err := d.w.QueryRowContext(ctx, `UPDATE idem_keys SET lease_until = ?6, updated_at = ?1 WHERE `+fenced+` RETURNING lease_until`,
-		now, f.Scope, f.Key, f.Attempt, f.LeaseID, now+ms(lease)).Scan(&until)
-	if errors.Is(err, sql.ErrNoRows) {
-		return time.Time{}, driver.ErrFenced
-	}
+	var until sql.NullInt64
+	err := d.write(ctx, nil, &groupcommit.Write{
+		Key:   f.Scope + "\x00" + f.Key,
+		Query: `UPDATE idem_keys SET lease_until = ?6, updated_at = ?1 WHERE ` + fenced + ` RETURNING lease_until`,
+		Args:  []any{now, f.Scope, f.Key, f.Attempt, f.LeaseID, now + ms(lease)},
+		Row: func(row groupcommit.Scanner) error {
+			until = sql.NullInt64{}
+			err := row.Scan(&until.Int64)
+			until.Valid = err == nil
+			return groupcommit.NoRowIsAnswer(err)
+		},
+	})
 	if err != nil {
 		return time.Time{}, fmt.Errorf("sqlite: heartbeat: %w", err)
 	}
-	return fromMS(until), nil
+	if !until.Valid {
+		return time.Time{}, driver.ErrFenced
+	}
+	return fromMS(until.Int64), nil
 }
 
 // finishSet is the SET clause shared by Finish and Resolve: completed
@@ -160,18 +188,18 @@ const finishSet = `state = ?6, lease_until = ?1, updated_at = ?1,
 
 // Finish ends a held claim, in the caller's transaction when q is not nil.
 func (d *Driver) Finish(ctx context.Context, q driver.Querier, p driver.FinishParams) error {
-	if q == nil {
-		q = d.w
-	}
 	now := d.nowMS()
-	res, err := q.ExecContext(ctx, `UPDATE idem_keys SET `+finishSet+` WHERE `+fenced,
-		now, p.Scope, p.Key, p.Attempt, p.LeaseID, string(p.State), p.Status, p.Meta, p.Body)
+	var n int64
+	err := d.write(ctx, q, &groupcommit.Write{
+		Key:   p.Scope + "\x00" + p.Key,
+		Query: `UPDATE idem_keys SET ` + finishSet + ` WHERE ` + fenced,
+		Args:  []any{now, p.Scope, p.Key, p.Attempt, p.LeaseID, string(p.State), p.Status, p.Meta, p.Body},
+		Exec:  func(rows int64) error { n = rows; return nil },
+	})
 	if err != nil {
 		return fmt.Errorf("sqlite: finish: %w", err)
 	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("sqlite: finish: %w", err)
-	} else if n == 0 {
+	if n == 0 {
 		return driver.ErrFenced
 	}
 	return nil

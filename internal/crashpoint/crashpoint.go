@@ -32,6 +32,7 @@ const (
 	AfterCommit   = "after-commit"   // committed, the caller not yet answered
 	MidResponse   = "mid-response"   // part of an HTTP response written
 	AfterDelivery = "after-delivery" // an outbox message was delivered, not yet recorded
+	MidBatch      = "mid-batch"      // a group commit ran its writes, not yet committed; nobody answered
 )
 
 var (

@@ -1,0 +1,265 @@
+// Package bench measures what idem costs. Every row runs an idem path and,
+// in the same process and run, on the same database with the same
+// durability settings, the baseline it must be compared with: the same
+// writes done by hand in SQL, the same jobs claimed by a hand-written
+// SKIP LOCKED (PostgreSQL) or BEGIN IMMEDIATE (SQLite) loop, the same HTTP
+// requests through a bare httputil.ReverseProxy. It reports throughput,
+// latency and the ratio idem/baseline; `idem bench` prints it.
+//
+// Each side of a row gets a fresh database (a new SQLite file, or a new
+// database in the throwaway PostgreSQL cluster), so neither side pays for
+// the rows the other left. On a database given by URL both sides share it,
+// under names (scopes, queues) of their own, which the run deletes at the
+// end.
+//
+// The load is closed-loop: c workers each run one operation after another
+// for the duration, after a short warm-up that is not counted. Latency
+// percentiles are per operation, from a histogram with 2% buckets.
+package bench
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemdev/idem/internal/pgtest"
+)
+
+// Row groups, in the order they run.
+const (
+	GroupLedger      = "ledger"      // claim+complete vs hand-written SQL
+	GroupGroupCommit = "groupcommit" // group commit vs one commit per write
+	GroupJobs        = "jobs"        // enqueue, claim+complete vs hand-written loops
+	GroupGateway     = "gateway"     // keyed POSTs vs a bare reverse proxy
+)
+
+// Groups lists every row group.
+var Groups = []string{GroupLedger, GroupGroupCommit, GroupJobs, GroupGateway}
+
+// Defaults for a zero Options field.
+var (
+	DefaultDuration    = 2 * time.Second
+	DefaultConcurrency = []int{1, 8, 32}
+)
+
+// Options configures Run. A nil *Options means all defaults.
+type Options struct {
+	// DB is where to measure: "sqlite" (default: a new file in a temporary
+	// directory, synchronous=FULL), "sqlite:PATH" (that file), "postgres"
+	// (a throwaway cluster from the system's binaries, fsync on), or
+	// "postgres://…" (an existing database; rows the run writes are deleted
+	// afterwards).
+	DB string
+	// Duration is how long each side of each row is measured, after a
+	// warm-up of a fifth of it (at most 500ms). Default 2s.
+	Duration time.Duration
+	// Concurrency lists the numbers of concurrent callers each row runs
+	// with. Default 1, 8, 32.
+	Concurrency []int
+	// Groups selects row groups (see Groups). Default all.
+	Groups []string
+	// Progress, when set, receives one line per measurement as it starts.
+	Progress io.Writer
+}
+
+// Result is one row: an idem path next to its baseline.
+type Result struct {
+	Group       string  `json:"group"`
+	Name        string  `json:"name"`
+	Driver      string  `json:"driver"`
+	Concurrency int     `json:"concurrency"`
+	OpsPerSec   float64 `json:"ops_per_s"`
+	// P50 and P99 are per operation, in milliseconds; nil where the
+	// operation's latency cannot be observed from outside (a job queue's
+	// claim-to-completion).
+	P50 *float64 `json:"p50_ms"`
+	P99 *float64 `json:"p99_ms"`
+	// Baseline names what the row is compared with.
+	Baseline        string   `json:"baseline"`
+	BaselineOpsPerS float64  `json:"baseline_ops_per_s"`
+	BaselineP50     *float64 `json:"baseline_p50_ms"`
+	BaselineP99     *float64 `json:"baseline_p99_ms"`
+	Ratio           float64  `json:"ratio"`
+	// CPU time of the whole process per operation, in microseconds: what
+	// a side costs the processor, load generator included.
+	CPUPerOp         float64 `json:"cpu_us_per_op"`
+	BaselineCPUPerOp float64 `json:"baseline_cpu_us_per_op"`
+	// The share of the whole machine's CPU (all cores, all processes,
+	// a database server's too) that was busy while each side ran.
+	MachineBusy         float64 `json:"machine_cpu_busy"`
+	BaselineMachineBusy float64 `json:"baseline_machine_cpu_busy"`
+	Note                string  `json:"note,omitempty"`
+	DurationSeconds     float64 `json:"duration_s"`
+	Durability          string  `json:"durability"`
+	PeakRSSMegabytes    float64 `json:"peak_rss_mb,omitempty"`
+}
+
+func newResult(group, name, baseline string, drv *database, c int, d time.Duration, idem, base Stat, latency bool) Result {
+	r := Result{
+		Group: group, Name: name, Driver: drv.driver, Concurrency: c, Baseline: baseline,
+		OpsPerSec: idem.PerSec(), BaselineOpsPerS: base.PerSec(),
+		DurationSeconds: d.Seconds(), Durability: drv.durability,
+	}
+	if latency {
+		r.P50, r.P99 = msPtr(idem.P50), msPtr(idem.P99)
+		r.BaselineP50, r.BaselineP99 = msPtr(base.P50), msPtr(base.P99)
+	}
+	r.CPUPerOp = float64(idem.CPUPerOp()) / float64(time.Microsecond)
+	r.BaselineCPUPerOp = float64(base.CPUPerOp()) / float64(time.Microsecond)
+	r.MachineBusy, r.BaselineMachineBusy = idem.MachineBusy(), base.MachineBusy()
+	if r.BaselineOpsPerS > 0 {
+		r.Ratio = r.OpsPerSec / r.BaselineOpsPerS
+	}
+	return r
+}
+
+func msPtr(d time.Duration) *float64 {
+	v := float64(d) / float64(time.Millisecond)
+	return &v
+}
+
+// Run measures every selected row and returns them in order. It stops at
+// the first failure: a row that could not be measured is an error, never a
+// number.
+func Run(ctx context.Context, opts *Options) ([]Result, error) {
+	o := Options{}
+	if opts != nil {
+		o = *opts
+	}
+	o.Duration = cmp.Or(o.Duration, DefaultDuration)
+	if len(o.Concurrency) == 0 {
+		o.Concurrency = DefaultConcurrency
+	}
+	if len(o.Groups) == 0 {
+		o.Groups = Groups
+	}
+	for _, g := range o.Groups {
+		if !slices.Contains(Groups, g) {
+			return nil, fmt.Errorf("bench: unknown row group %q (known: %s)", g, strings.Join(Groups, ", "))
+		}
+	}
+	for _, c := range o.Concurrency {
+		if c < 1 || c > 1024 {
+			return nil, fmt.Errorf("bench: concurrency %d is outside [1, 1024]", c)
+		}
+	}
+	if o.Duration < 100*time.Millisecond || o.Duration > time.Hour {
+		return nil, fmt.Errorf("bench: duration %v is outside [100ms, 1h]", o.Duration)
+	}
+	db, err := openDatabase(ctx, cmp.Or(o.DB, "sqlite"))
+	if err != nil {
+		return nil, err
+	}
+	defer db.close()
+	r := &runner{o: o, db: db}
+	var out []Result
+	for _, g := range Groups {
+		if !slices.Contains(o.Groups, g) {
+			continue
+		}
+		rows, err := r.group(ctx, g)
+		out = append(out, rows...)
+		if err != nil {
+			return out, fmt.Errorf("bench: %s on %s: %w", g, db.driver, err)
+		}
+	}
+	return out, nil
+}
+
+type runner struct {
+	o           Options
+	db          *database
+	ledgerCache map[int]ledgerStat // by concurrency: the ledger and group-commit rows share it
+}
+
+func (r *runner) group(ctx context.Context, g string) ([]Result, error) {
+	switch g {
+	case GroupLedger:
+		return r.ledgerRows(ctx)
+	case GroupGroupCommit:
+		return r.groupCommitRows(ctx)
+	case GroupJobs:
+		return r.jobRows(ctx)
+	default:
+		return r.gatewayRows(ctx)
+	}
+}
+
+func (r *runner) progress(format string, a ...any) {
+	if r.o.Progress != nil {
+		fmt.Fprintf(r.o.Progress, format+"\n", a...)
+	}
+}
+
+// quiet discards the logs of the components under load.
+var quiet = slog.New(slog.DiscardHandler)
+
+// database hands out fresh databases of one kind.
+type database struct {
+	driver     string // sqlite or postgres
+	durability string // e.g. "synchronous=FULL" or "fsync=on synchronous_commit=on"
+	fresh      func(ctx context.Context) (url string, err error)
+	close      func()
+	// shared: fresh returns the same database every time; each measurement
+	// deletes its rows (by scope or queue) instead of dropping it.
+	shared bool
+}
+
+var seq atomic.Int64
+
+// name makes a run-unique name for a scope, queue or database.
+func name(prefix string) string {
+	return prefix + "_" + strconv.FormatInt(int64(os.Getpid()), 36) + "_" + strconv.FormatInt(seq.Add(1), 36)
+}
+
+func openDatabase(ctx context.Context, spec string) (*database, error) {
+	switch {
+	case spec == "sqlite" || spec == "sqlite:" || spec == "sqlite3":
+		dir, err := os.MkdirTemp("", "idem-bench-")
+		if err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+		return &database{
+			driver: "sqlite", durability: "synchronous=FULL (WAL)",
+			fresh: func(context.Context) (string, error) {
+				return "sqlite:" + filepath.Join(dir, name("bench")+".db"), nil
+			},
+			close: func() { os.RemoveAll(dir) },
+		}, nil
+	case strings.HasPrefix(spec, "sqlite:") || strings.HasPrefix(spec, "sqlite3:"):
+		dur := "synchronous=FULL (WAL)"
+		if strings.Contains(strings.ToLower(spec), "synchronous=normal") {
+			dur = "synchronous=NORMAL (WAL)"
+		}
+		return &database{driver: "sqlite", durability: dur, shared: true,
+			fresh: func(context.Context) (string, error) { return spec, nil }, close: func() {}}, nil
+	case spec == "postgres" || spec == "postgresql":
+		c, err := pgtest.Start(ctx, &pgtest.Options{Fsync: true})
+		if err != nil {
+			return nil, fmt.Errorf("bench: starting a throwaway PostgreSQL: %w", err)
+		}
+		return &database{
+			driver: "postgres", durability: "fsync=on synchronous_commit=on (throwaway cluster)",
+			fresh: func(ctx context.Context) (string, error) { return c.CreateDatabase(ctx, name("bench")) },
+			close: func() { c.Close() },
+		}, nil
+	case strings.HasPrefix(spec, "postgres://") || strings.HasPrefix(spec, "postgresql://"):
+		return &database{driver: "postgres", durability: "as configured on the server", shared: true,
+			fresh: func(context.Context) (string, error) { return spec, nil }, close: func() {}}, nil
+	}
+	return nil, fmt.Errorf("bench: unknown database %q (want sqlite, sqlite:PATH, postgres or postgres://…)", spec)
+}
+
+// errUnexpected marks an operation whose answer was not the one a fresh
+// key must get: the benchmark is measuring something else than it claims.
+var errUnexpected = errors.New("unexpected answer")

@@ -1,0 +1,158 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemdev/idem/gateway"
+)
+
+// gatewayRows: keyed POSTs through the gateway (a new key each, so each is
+// a claim, the upstream call and a completion) against the same POSTs
+// through a bare httputil.ReverseProxy, in front of the same upstream. The
+// upstream, both proxies and the load all run in this process on loopback;
+// each side gets c keep-alive connections.
+func (r *runner) gatewayRows(ctx context.Context) ([]Result, error) {
+	upstream, stop, err := serve("upstream", http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		io.Copy(io.Discard, req.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		w.Write(body)
+	}))
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	u, _ := url.Parse(upstream)
+	var out []Result
+	for _, c := range r.o.Concurrency {
+		res, err := r.gatewayRow(ctx, u, c)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, res)
+	}
+	return out, nil
+}
+
+func (r *runner) gatewayRow(ctx context.Context, upstream *url.URL, c int) (Result, error) {
+	rp := httputil.NewSingleHostReverseProxy(upstream)
+	rp.Transport = upstreamTransport()
+	rp.ErrorLog = log.New(io.Discard, "", 0)
+	bare, stopBare, err := r.httpLoad("baseline", rp, c)
+	if err != nil {
+		return Result{}, err
+	}
+	defer stopBare()
+
+	l, _, done, err := r.openLedger(ctx, nil)
+	if err != nil {
+		return Result{}, err
+	}
+	defer done()
+	g, err := gateway.New(l, &gateway.Config{Upstream: upstream, Logger: quiet, Transport: upstreamTransport()})
+	if err != nil {
+		return Result{}, err
+	}
+	idemOp, stopIdem, err := r.httpLoad("idem", g, c)
+	if err != nil {
+		return Result{}, err
+	}
+	defer stopIdem()
+
+	r.progress("gateway keyed POST, %d connections: idem gateway, bare httputil.ReverseProxy", c)
+	var rss float64
+	st, err := compare(ctx, c, r.o.Duration,
+		side{name: "idem", op: idemOp, before: resetPeakRSS, after: func() { rss = max(rss, peakRSS()) }},
+		side{name: "baseline", op: bare})
+	if err != nil {
+		return Result{}, fmt.Errorf("keyed POSTs, %d connections: %w", c, err)
+	}
+	res := newResult(GroupGateway, "gateway keyed POST", "bare httputil.ReverseProxy, same upstream",
+		r.db, c, r.o.Duration, st[0], st[1], true)
+	if rss > 0 {
+		res.PeakRSSMegabytes = rss
+		res.Note = fmt.Sprintf("peak RSS of the whole bench process (load generator and upstream included) while the gateway ran: %.0f MiB", rss)
+	}
+	return res, nil
+}
+
+// upstreamTransport is how both proxies reach the upstream: enough idle
+// connections that neither side dials under load.
+func upstreamTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 1024
+	t.MaxIdleConnsPerHost = 1024
+	return t
+}
+
+// httpLoad serves h on loopback and returns an operation that sends it a
+// keyed POST (a new key each time), each worker on its own keep-alive
+// connection.
+func (r *runner) httpLoad(label string, h http.Handler, c int) (opFunc, func(), error) {
+	target, stop, err := serve(label, h)
+	if err != nil {
+		return nil, nil, err
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = c
+	t.MaxConnsPerHost = c
+	client := &http.Client{Transport: t, Timeout: 30 * time.Second}
+	prefix := name("k") + "-"
+	var seq atomic.Int64
+	op := one(func(ctx context.Context, w int, _ int64) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, target+"/charges", strings.NewReader(`{"amount":1000,"currency":"eur"}`))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", prefix+strconv.FormatInt(seq.Add(1), 10))
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusCreated || resp.Header.Get("Idempotent-Replayed") != "" {
+			return fmt.Errorf("status %d (replayed %q) for a new key: %w", resp.StatusCode, resp.Header.Get("Idempotent-Replayed"), errUnexpected)
+		}
+		return nil
+	})
+	return op, func() { t.CloseIdleConnections(); stop() }, nil
+}
+
+// serve runs h on a loopback port until stop. Its goroutines carry the
+// profile label server=label.
+func serve(label string, h http.Handler) (base string, stop func(), err error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &http.Server{Handler: h, ErrorLog: log.New(io.Discard, "", 0), ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go pprof.Do(context.Background(), pprof.Labels("server", label), func(context.Context) {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			fmt.Fprintln(os.Stderr, "bench: serve:", err)
+		}
+	})
+	return "http://" + ln.Addr().String(), func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+		<-done
+	}, nil
+}

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemdev/idem/bench"
+)
+
+const benchUsage = "idem bench [--db URL] [--duration D] [--concurrency 1,8,32] [--rows LIST] [--json FILE] [--cpuprofile FILE]"
+
+func init() {
+	register(command{
+		name:    "bench",
+		usage:   benchUsage,
+		summary: "measure idem against hand-written SQL and a bare reverse proxy",
+		run:     runBench,
+	})
+}
+
+func runBench(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := newFlagSet("bench", benchUsage, stderr)
+	setUsage(fs, benchUsage, `
+Runs, in one process, each idem path next to its baseline on the same
+database with the same durability settings, and prints ops/s, p50 and p99
+latency and the ratio idem/baseline:
+
+  ledger       claim+complete vs the same two statements written by hand
+  groupcommit  the ledger with group commit vs one commit per write
+  jobs         enqueue, and claim+complete, vs hand-written SQL loops
+               (FOR UPDATE SKIP LOCKED on PostgreSQL, BEGIN IMMEDIATE on SQLite)
+  gateway      keyed POSTs through idem's gateway vs a bare
+               httputil.ReverseProxy, in front of the same loopback upstream
+
+--db sqlite (the default) measures a new file in a temporary directory
+(synchronous=FULL); --db postgres starts a throwaway PostgreSQL cluster from
+the system's binaries with fsync on. A URL measures that database: the rows
+the run writes are deleted afterwards, but never point it at production.
+It does not read $IDEM_DB. The sides of a row take turns in four slices
+each, so that background load falls on both alike; each side runs for
+--duration in all, after a short warm-up. With the defaults a run takes
+about two minutes. The cpu µs/op columns are this process's CPU time per
+operation (load generator included; a PostgreSQL server's is not).
+See docs/performance.md.`)
+	db := fs.String("db", "sqlite", "`URL`: sqlite, sqlite:PATH, postgres, or postgres://…")
+	dur := fs.Duration("duration", bench.DefaultDuration, "how long each side of each row is measured")
+	conc := fs.String("concurrency", "1,8,32", "comma-separated numbers of concurrent callers")
+	rows := fs.String("rows", strings.Join(bench.Groups, ","), "comma-separated row groups to run")
+	jsonFile := fs.String("json", "", "also write one JSON object per row to `FILE` (- for stdout, instead of the table)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to `FILE` (go tool pprof)")
+	pos, code, done := parseArgs(fs, args, stdout)
+	if done {
+		return code
+	}
+	if len(pos) > 0 {
+		return usageError(fs, stderr, "unexpected argument %q", pos[0])
+	}
+	var cs []int
+	for _, s := range strings.Split(*conc, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 || n > 1024 {
+			return usageError(fs, stderr, "--concurrency %q: want numbers from 1 to 1024, like 1,8,32", *conc)
+		}
+		cs = append(cs, n)
+	}
+	var groups []string
+	for _, g := range strings.Split(*rows, ",") {
+		groups = append(groups, strings.TrimSpace(g))
+	}
+	opts := &bench.Options{DB: *db, Duration: *dur, Concurrency: cs, Groups: groups, Progress: stderr}
+	if *dur < 100*time.Millisecond || *dur > time.Hour {
+		return usageError(fs, stderr, "--duration %v: want 100ms…1h", *dur)
+	}
+	for _, g := range groups {
+		if !slices.Contains(bench.Groups, g) {
+			return usageError(fs, stderr, "--rows: unknown row group %q (known: %s)", g, strings.Join(bench.Groups, ", "))
+		}
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(stderr, "idem bench:", err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(stderr, "idem bench:", err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
+	}
+	start := time.Now()
+	results, err := bench.Run(ctx, opts)
+	if *jsonFile != "-" {
+		if len(results) > 0 {
+			fmt.Fprintf(stdout, "idem bench %s: %s, %s, GOMAXPROCS=%d, %s, %v per side\n\n", start.UTC().Format("2006-01-02 15:04 UTC"),
+				results[0].Driver, results[0].Durability, runtime.GOMAXPROCS(0), runtime.Version(), *dur)
+		}
+		bench.WriteTable(stdout, results)
+	}
+	if *jsonFile != "" {
+		if werr := writeBenchJSON(*jsonFile, stdout, results); werr != nil {
+			fmt.Fprintln(stderr, "idem bench:", werr)
+			return 1
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "idem bench:", err)
+		return 1
+	}
+	return 0
+}
+
+func writeBenchJSON(path string, stdout io.Writer, results []bench.Result) error {
+	if path == "-" {
+		return bench.WriteJSON(stdout, results)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := bench.WriteJSON(f, results); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestBenchRuns runs the smallest bench there is and checks the table and
+// the JSON rows; it says nothing about speed.
+func TestBenchRuns(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "bench.json")
+	r := opRun(t, "", "bench", "--duration", "100ms", "--concurrency", "1,2", "--rows", "ledger,groupcommit", "--json", file).must(t, 0)
+	for _, want := range []string{"ledger claim+complete", "ledger group commit", "ops/s", "ratio", "synchronous=FULL"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("table lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("%d JSON rows, want 4:\n%s", len(lines), b)
+	}
+	for _, line := range lines {
+		var row map[string]any
+		if err := json.Unmarshal([]byte(line), &row); err != nil {
+			t.Fatalf("%v: %s", err, line)
+		}
+		for _, k := range []string{"name", "ops_per_s", "p50_ms", "p99_ms", "baseline_ops_per_s", "ratio"} {
+			if _, ok := row[k]; !ok {
+				t.Errorf("row lacks %q: %s", k, line)
+			}
+		}
+		if row["ops_per_s"].(float64) <= 0 || row["baseline_ops_per_s"].(float64) <= 0 {
+			t.Errorf("a side measured nothing: %s", line)
+		}
+	}
+}
+
+func TestBenchBadFlags(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"bench", "--concurrency", "0"},
+		{"bench", "--concurrency", "a,b"},
+		{"bench", "--rows", "ledger,nope"},
+		{"bench", "--duration", "1ms"},
+		{"bench", "extra"},
+	} {
+		r := opRun(t, "", args...)
+		if r.code != 2 || !strings.Contains(r.stderr, "Usage: idem bench") {
+			t.Errorf("%v: exit %d, stderr %q; want 2 with the usage", args, r.code, r.stderr)
+		}
+	}
+	r := opRun(t, "", "bench", "--db", "mysql://x", "--duration", "100ms")
+	if r.code != 1 || !strings.Contains(r.stderr, "unknown database") {
+		t.Errorf("unknown database: exit %d, stderr %q", r.code, r.stderr)
+	}
+}

@@ -1,0 +1,227 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/idemdev/idem/driver"
+	"github.com/idemdev/idem/internal/crashpoint"
+	"github.com/idemdev/idem/internal/groupcommit"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Group commit on PostgreSQL: a few committers, each with a connection of
+// its own (outside the pool), take batches of writes. A batch of one runs
+// as one autocommit statement, as without group commit. A larger batch is
+// sent as one pipeline (BEGIN, its statements, one Sync): one round trip
+// for all of them; then, if every statement succeeded, COMMIT: one WAL
+// flush for the batch. N callers cost two round trips and one flush
+// instead of N of each.
+//
+// Nothing is committed before every statement of the batch has answered.
+// If one failed (or the connection broke before COMMIT), the batch is
+// rolled back and every write runs again on its own, from the pool, so the
+// failure reaches only the caller whose statement it was. The writes of a
+// batch are sorted by the row they lock, so two batches never deadlock, and
+// a committer's connection gives up a lock wait after batchLockTimeout (its
+// writes then run again on their own, where they may wait as long as they
+// need): one caller waiting for another's transaction (ClaimTx) must not
+// hold a whole batch hostage.
+const (
+	// DefaultMaxBatch is the most writes one pipeline carries.
+	DefaultMaxBatch = 64
+	// DefaultCommitters is how many batches may be in flight at once.
+	// Measured on 2 cores: 2 beat 1 (one batch commits while the next
+	// runs) and 4 or 8 (smaller batches, more commits, more server CPU).
+	DefaultCommitters = 2
+	// batchWait is the longest a batch waits for the callers of the
+	// previous one to come back (see groupcommit.New).
+	batchWait = 200 * time.Microsecond
+	// batchLockTimeout bounds a lock wait inside a batch.
+	batchLockTimeout = "50ms"
+	// batchTimeout bounds one batch. Past it before COMMIT the batch is
+	// rolled back and its writes run alone; past it during COMMIT the
+	// outcome is unknown, its callers are told so, and the connection is
+	// dropped.
+	batchTimeout = 30 * time.Second
+)
+
+// startGroupCommit starts the committers unless max turns group commit off.
+func (d *Driver) startGroupCommit(cc *pgx.ConnConfig, max int) {
+	if max == 0 {
+		max = DefaultMaxBatch
+	}
+	if max <= 1 {
+		return
+	}
+	cc = cc.Copy()
+	if cc.RuntimeParams == nil {
+		cc.RuntimeParams = map[string]string{}
+	}
+	cc.RuntimeParams["lock_timeout"] = batchLockTimeout
+	cc.RuntimeParams["application_name"] = "idem group commit"
+	commits := make([]func([]*groupcommit.Write), DefaultCommitters)
+	for i := range commits {
+		c := &committer{d: d, cc: cc}
+		d.committers = append(d.committers, c)
+		commits[i] = c.commit
+	}
+	d.gc = groupcommit.New(d.groupCommitConfig(max), commits...)
+}
+
+// groupCommitConfig: lone writes run from the pool in their caller's
+// goroutine, exactly as without group commit.
+func (d *Driver) groupCommitConfig(max int) groupcommit.Config {
+	return groupcommit.Config{Max: max, Wait: batchWait, Alone: func(ctx context.Context, w *groupcommit.Write) error {
+		return w.RunOn(ctx, d.db)
+	}}
+}
+
+// stopGroupCommit waits for the batches in flight and closes the
+// committers' connections.
+func (d *Driver) stopGroupCommit() {
+	if d.gc == nil {
+		return
+	}
+	d.gc.Close()
+	for _, c := range d.committers {
+		c.close()
+	}
+}
+
+// write runs w in the caller's transaction when q is set, else through
+// group commit (or alone from the pool when it is off).
+func (d *Driver) write(ctx context.Context, q driver.Querier, w *groupcommit.Write) error {
+	switch {
+	case q != nil:
+		return w.RunOn(ctx, q)
+	case d.gc == nil:
+		return w.RunOn(ctx, d.db)
+	}
+	return d.gc.Do(ctx, w)
+}
+
+// committer owns one connection and sends one batch at a time on it.
+type committer struct {
+	d    *Driver
+	cc   *pgx.ConnConfig
+	conn *pgx.Conn // nil until needed, and after it broke
+}
+
+func (c *committer) close() {
+	if c.conn != nil {
+		c.conn.Close(context.Background())
+		c.conn = nil
+	}
+}
+
+func (c *committer) commit(batch []*groupcommit.Write) {
+	batch = groupcommit.Live(batch)
+	if len(batch) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	defer cancel()
+	if c.conn == nil {
+		conn, err := pgx.ConnectConfig(ctx, c.cc)
+		if err != nil {
+			c.d.runAlone(batch) // nothing was sent: the pool may fare better
+			return
+		}
+		c.conn = conn
+	}
+	if len(batch) == 1 {
+		c.commitOne(ctx, batch[0])
+		return
+	}
+	slices.SortStableFunc(batch, func(a, b *groupcommit.Write) int { return strings.Compare(a.Key, b.Key) })
+
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	for _, w := range batch {
+		b.Queue(w.Query, w.Args...)
+	}
+	br := c.conn.SendBatch(ctx, b)
+	_, err := br.Exec()
+	for _, w := range batch {
+		if err != nil {
+			break // the rest did not run; the batch rolls back
+		}
+		err = runPiped(br, w)
+	}
+	err = errors.Join(err, br.Close())
+	crashpoint.Hit(crashpoint.MidBatch)
+	if err != nil {
+		// Not committed: roll back (or drop a broken connection, which
+		// rolls back too) and let every write run on its own.
+		if _, rerr := c.conn.Exec(ctx, "ROLLBACK"); rerr != nil {
+			c.close()
+		}
+		c.d.runAlone(batch)
+		return
+	}
+	if _, err := c.conn.Exec(ctx, "COMMIT"); err != nil {
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) {
+			c.close() // the connection broke: the commit may or may not have happened
+		}
+		err = fmt.Errorf("group commit of %d writes (outcome unknown; retry with the same key): %w", len(batch), err)
+		for _, w := range batch {
+			w.Answer(err)
+		}
+		return
+	}
+	for _, w := range batch {
+		w.Answer(nil)
+	}
+}
+
+// runPiped reads one write's result from a pipeline.
+func runPiped(br pgx.BatchResults, w *groupcommit.Write) error {
+	if w.Row != nil {
+		return w.Row(br.QueryRow())
+	}
+	tag, err := br.Exec()
+	if err != nil {
+		return err
+	}
+	return w.Exec(tag.RowsAffected())
+}
+
+// commitOne runs a lone write as one autocommit statement on the
+// committer's connection. A lock wait past batchLockTimeout hands it to
+// the pool, where it may wait as long as it needs.
+func (c *committer) commitOne(ctx context.Context, w *groupcommit.Write) {
+	var err error
+	if w.Row != nil {
+		err = w.Row(c.conn.QueryRow(ctx, w.Query, w.Args...))
+	} else {
+		var tag pgconn.CommandTag
+		if tag, err = c.conn.Exec(ctx, w.Query, w.Args...); err == nil {
+			err = w.Exec(tag.RowsAffected())
+		}
+	}
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available: rolled back
+		c.d.runAlone([]*groupcommit.Write{w})
+		return
+	case c.conn.IsClosed():
+		c.close()
+	}
+	w.Answer(err)
+}
+
+// runAlone runs each write on its own from the pool, at once and side by
+// side, under its caller's context: a write that waits for a lock delays
+// nobody else. The committer does not wait for them.
+func (d *Driver) runAlone(batch []*groupcommit.Write) {
+	for _, w := range batch {
+		go func() { w.Answer(w.RunOn(w.Context(), d.db)) }()
+	}
+}

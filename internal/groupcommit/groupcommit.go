@@ -1,0 +1,230 @@
+// Package groupcommit gathers concurrent single-statement writes into
+// batches that a driver commits in one transaction (one fsync, one WAL
+// flush), answering each caller with its own result only after that commit.
+//
+// The gathering is natural: a committer takes the first write that
+// arrives, then whatever else is already waiting (up to a maximum), and
+// commits them; writes that arrive meanwhile form the next batch. Under
+// load a batch grows to the number of callers that queued during the
+// previous commit. The only wait is bounded and only for callers known to
+// be coming (Config.Wait), and a write submitted while no other is in
+// flight skips the committer altogether (Config.Alone): a lone caller waits
+// for nobody.
+//
+// The drivers own the SQL and the transaction; this package owns only the
+// queue, so that SQLite and PostgreSQL gather the same way.
+package groupcommit
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemdev/idem/driver"
+)
+
+// ErrClosed is returned to a write submitted after Close.
+var ErrClosed = errors.New("groupcommit: database closed")
+
+// Scanner reads the one row a statement returned. Its Scan returns an error
+// matching sql.ErrNoRows when there was none.
+type Scanner interface{ Scan(dest ...any) error }
+
+// Write is one statement of one caller. Exactly one of Row and Exec is set.
+// Row and Exec receive the statement's outcome and return an error only
+// when the statement failed; a legitimate "no row" or "0 rows" (a fenced
+// write) is a result they record, not an error. A committer may call them
+// more than once (a batch that failed is re-run one write at a time), so
+// they overwrite what they record.
+type Write struct {
+	// Key orders the writes of a batch (the row they lock), so that two
+	// batches on one row-locking database lock rows in the same order and
+	// cannot deadlock.
+	Key   string
+	Query string
+	Args  []any
+	Row   func(Scanner) error
+	Exec  func(rowsAffected int64) error
+
+	ctx  context.Context
+	done chan error
+}
+
+// Context is the submitter's context, for its values; a committer does not
+// let it cancel statements of a shared transaction.
+func (w *Write) Context() context.Context { return w.ctx }
+
+// Answer tells the submitter the outcome of its write. Call it once, after
+// the commit that holds the write (or after it certainly failed).
+func (w *Write) Answer(err error) { w.done <- err }
+
+// Cancelled reports whether the submitter gave up before the write ran;
+// such a write must be answered (with its context's error) and skipped.
+func (w *Write) Cancelled() error { return w.ctx.Err() }
+
+// NoRowIsAnswer turns "no row" (sql.ErrNoRows) into nil, for the Row of a
+// write that returns a row only when it acted (an INSERT … ON CONFLICT DO
+// NOTHING RETURNING, a fenced UPDATE … RETURNING): no row is its answer,
+// not a failed statement.
+func NoRowIsAnswer(err error) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil
+	}
+	return err
+}
+
+// RunOn runs the write alone on q (a pool: its own autocommit transaction).
+func (w *Write) RunOn(ctx context.Context, q driver.Querier) error {
+	if w.Row != nil {
+		return w.Row(q.QueryRowContext(ctx, w.Query, w.Args...))
+	}
+	res, err := q.ExecContext(ctx, w.Query, w.Args...)
+	if err != nil {
+		return err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	return w.Exec(n)
+}
+
+// Queue hands writes to a fixed set of committers.
+type Queue struct {
+	reqs  chan *Write // unbuffered: a write is either taken or not sent
+	max   int
+	wait  time.Duration
+	alone func(context.Context, *Write) error
+	// active counts the writes submitted and not yet answered.
+	active atomic.Int64
+
+	stopOnce sync.Once
+	stop     chan struct{}
+	wg       sync.WaitGroup
+}
+
+// Config shapes a Queue.
+type Config struct {
+	// Max is the most writes in one batch.
+	Max int
+	// Wait is the longest a committer holds a batch open for the callers
+	// its previous batch answered, who come back with their next write
+	// while it gathers: without it, a committer quicker than those callers
+	// splits them into a few large batches and many small ones. A
+	// committer waits only while its batch is smaller than its previous
+	// one, so a lone caller never waits.
+	Wait time.Duration
+	// Alone runs a write on its own, as without group commit. A write
+	// submitted while no other is in flight runs this way, in its caller's
+	// goroutine: one caller at a time pays no hand-off to a committer.
+	Alone func(context.Context, *Write) error
+}
+
+// New starts one goroutine per commit function, each calling its function
+// with batches of at most cfg.Max writes. A commit function must answer
+// every write of its batch; it is never called concurrently with itself.
+func New(cfg Config, commits ...func(batch []*Write)) *Queue {
+	q := &Queue{reqs: make(chan *Write), max: cfg.Max, wait: cfg.Wait, alone: cfg.Alone, stop: make(chan struct{})}
+	for _, commit := range commits {
+		q.wg.Add(1)
+		go q.run(commit)
+	}
+	return q
+}
+
+// Do submits w and waits for its answer. If ctx ends before a committer
+// took w, w was not run and Do returns ctx's error. If ctx ends after, the
+// write may or may not commit; Do returns an error saying so rather than
+// waiting.
+func (q *Queue) Do(ctx context.Context, w *Write) error {
+	defer q.active.Add(-1)
+	if q.active.Add(1) == 1 && q.alone != nil {
+		select {
+		case <-q.stop:
+			return ErrClosed
+		default:
+		}
+		return q.alone(ctx, w)
+	}
+	w.ctx, w.done = ctx, make(chan error, 1)
+	select {
+	case q.reqs <- w:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-q.stop:
+		return ErrClosed
+	}
+	select {
+	case err := <-w.done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("%w (the write was sent and may or may not commit)", ctx.Err())
+	}
+}
+
+// Close stops taking writes and waits for the batches in flight.
+func (q *Queue) Close() {
+	q.stopOnce.Do(func() { close(q.stop) })
+	q.wg.Wait()
+}
+
+func (q *Queue) run(commit func([]*Write)) {
+	defer q.wg.Done()
+	last := 0 // size of the previous batch
+	var timer *time.Timer
+	for {
+		var batch []*Write
+		select {
+		case <-q.stop:
+			return
+		case w := <-q.reqs:
+			batch = append(batch, w)
+		}
+	gather:
+		for len(batch) < q.max {
+			select {
+			case w := <-q.reqs:
+				batch = append(batch, w)
+			default:
+				break gather
+			}
+		}
+		if want := min(last, q.max); len(batch) < want && q.wait > 0 {
+			if timer == nil {
+				timer = time.NewTimer(q.wait)
+			} else {
+				timer.Reset(q.wait)
+			}
+		wait:
+			for len(batch) < want {
+				select {
+				case w := <-q.reqs:
+					batch = append(batch, w)
+				case <-timer.C:
+					break wait
+				}
+			}
+			timer.Stop()
+		}
+		last = len(batch)
+		commit(batch)
+	}
+}
+
+// Live answers the writes whose submitters gave up before they ran (they
+// were never applied) and returns the others, in order.
+func Live(batch []*Write) []*Write {
+	live := batch[:0:0]
+	for _, w := range batch {
+		if err := w.Cancelled(); err != nil {
+			w.Answer(err)
+			continue
+		}
+		live = append(live, w)
+	}
+	return live
+}
