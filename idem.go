@@ -109,6 +109,9 @@ func Open(ctx context.Context, url string, opts *Options) (*Ledger, error) {
 	if opts != nil {
 		o = *opts
 	}
+	if _, err := newLedger(nil, &o); err != nil {
+		return nil, err // bad options: nothing opened, nothing migrated
+	}
 	cfg := driver.Config{Now: o.Clock, NoMigrate: o.NoMigrate, SyncNormal: o.SyncNormal, MaxBatch: o.MaxBatch}
 	drv, err := OpenDriver(ctx, url, cfg)
 	if err != nil {
@@ -141,6 +144,14 @@ func OpenDriver(ctx context.Context, url string, cfg driver.Config) (driver.Driv
 
 // New wraps an open driver. Most users call Open instead.
 func New(drv driver.Driver, opts *Options) (*Ledger, error) {
+	if drv == nil {
+		return nil, &InputError{Field: "driver", Reason: "must not be nil"}
+	}
+	return newLedger(drv, opts)
+}
+
+// newLedger checks opts and builds the ledger around drv (nil to check only).
+func newLedger(drv driver.Driver, opts *Options) (*Ledger, error) {
 	o := Options{}
 	if opts != nil {
 		o = *opts
