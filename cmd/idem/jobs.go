@@ -49,26 +49,12 @@ Run 'idem jobs <subcommand> --help' for its flags.
 }
 
 func runJobs(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		jobsHelp(stdout)
-		return 0
-	}
-	switch args[0] {
-	case "list", "ls":
-		return runJobsList(ctx, args[1:], stdout, stderr)
-	case "show", "get":
-		return runJobsShow(ctx, args[1:], stdout, stderr)
-	case "retry", "requeue":
-		return runJobsRetry(ctx, args[1:], stdout, stderr)
-	case "discard", "rm":
-		return runJobsDiscard(ctx, args[1:], stdout, stderr)
-	case "help", "-h", "-help", "--help":
-		jobsHelp(stdout)
-		return 0
-	}
-	fmt.Fprintf(stderr, "idem jobs: unknown subcommand %q\n\n", args[0])
-	jobsHelp(stderr)
-	return 2
+	return runGroup(ctx, "jobs", jobsHelp, []subcommand{
+		{[]string{"list", "ls"}, runJobsList},
+		{[]string{"show", "get"}, runJobsShow},
+		{[]string{"retry", "requeue"}, runJobsRetry},
+		{[]string{"discard", "rm"}, runJobsDiscard},
+	}, args, stdout, stderr)
 }
 
 var jobStates = []jobs.State{jobs.StateAvailable, jobs.StateRunning, jobs.StateCompleted, jobs.StateDead}

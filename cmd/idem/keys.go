@@ -39,22 +39,10 @@ Run 'idem keys <subcommand> --help' for its flags.
 }
 
 func runKeys(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		keysHelp(stdout)
-		return 0
-	}
-	switch args[0] {
-	case "list", "ls":
-		return runKeysList(ctx, args[1:], stdout, stderr)
-	case "show", "get":
-		return runKeysShow(ctx, args[1:], stdout, stderr)
-	case "help", "-h", "-help", "--help":
-		keysHelp(stdout)
-		return 0
-	}
-	fmt.Fprintf(stderr, "idem keys: unknown subcommand %q\n\n", args[0])
-	keysHelp(stderr)
-	return 2
+	return runGroup(ctx, "keys", keysHelp, []subcommand{
+		{[]string{"list", "ls"}, runKeysList},
+		{[]string{"show", "get"}, runKeysShow},
+	}, args, stdout, stderr)
 }
 
 var listStates = []idem.State{idem.StateInProgress, idem.StateSucceeded, idem.StateFailed, idem.StateParked, idem.StateTombstone, idem.StateReleased}

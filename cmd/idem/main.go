@@ -93,3 +93,33 @@ func envOr(name, def string) string {
 
 // defaultDB is the database every command uses unless told otherwise.
 func defaultDB() string { return envOr("IDEM_DB", "sqlite:idem.db") }
+
+// subcommand is one verb of a command group such as `idem keys`.
+type subcommand struct {
+	names []string // the name, then aliases
+	run   func(ctx context.Context, args []string, stdout, stderr io.Writer) int
+}
+
+// runGroup dispatches args to the subcommand they name. Alone, or with
+// help, it prints the group's help; an unknown subcommand is a usage error.
+func runGroup(ctx context.Context, group string, help func(io.Writer), subs []subcommand, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		help(stdout)
+		return 0
+	}
+	switch args[0] {
+	case "help", "-h", "-help", "--help":
+		help(stdout)
+		return 0
+	}
+	for _, sub := range subs {
+		for _, n := range sub.names {
+			if n == args[0] {
+				return sub.run(ctx, args[1:], stdout, stderr)
+			}
+		}
+	}
+	fmt.Fprintf(stderr, "idem %s: unknown subcommand %q\n\n", group, args[0])
+	help(stderr)
+	return 2
+}

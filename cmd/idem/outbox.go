@@ -46,22 +46,10 @@ Run 'idem outbox <subcommand> --help' for its flags.
 }
 
 func runOutbox(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		outboxHelp(stdout)
-		return 0
-	}
-	switch args[0] {
-	case "list", "ls":
-		return runOutboxList(ctx, args[1:], stdout, stderr)
-	case "redeliver", "retry":
-		return runOutboxRedeliver(ctx, args[1:], stdout, stderr)
-	case "help", "-h", "-help", "--help":
-		outboxHelp(stdout)
-		return 0
-	}
-	fmt.Fprintf(stderr, "idem outbox: unknown subcommand %q\n\n", args[0])
-	outboxHelp(stderr)
-	return 2
+	return runGroup(ctx, "outbox", outboxHelp, []subcommand{
+		{[]string{"list", "ls"}, runOutboxList},
+		{[]string{"redeliver", "retry"}, runOutboxRedeliver},
+	}, args, stdout, stderr)
 }
 
 // openOutbox opens the ledger (never creating it) and an outbox on it
