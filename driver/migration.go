@@ -41,3 +41,17 @@ func LoadMigrations(fsys fs.FS) ([]Migration, error) {
 	}
 	return out, nil
 }
+
+// MustLoadMigrations is LoadMigrations of the folder dir inside an embedded
+// file system. A bad file name there is a build mistake, so it panics.
+func MustLoadMigrations(fsys fs.FS, dir string) []Migration {
+	sub, err := fs.Sub(fsys, dir)
+	if err != nil {
+		panic(err)
+	}
+	m, err := LoadMigrations(sub)
+	if err != nil {
+		panic(err)
+	}
+	return m
+}

@@ -13,7 +13,6 @@ import (
 	"database/sql"
 	"embed"
 	"fmt"
-	"io/fs"
 	"strconv"
 	"strings"
 	"time"
@@ -28,17 +27,7 @@ import (
 var migrationFS embed.FS
 
 // Migrations returns the embedded schema, in order.
-func Migrations() []driver.Migration {
-	sub, err := fs.Sub(migrationFS, "migrations")
-	if err != nil {
-		panic(err)
-	}
-	m, err := driver.LoadMigrations(sub)
-	if err != nil {
-		panic(err) // embedded files: a bad name is a build mistake
-	}
-	return m
-}
+func Migrations() []driver.Migration { return driver.MustLoadMigrations(migrationFS, "migrations") }
 
 // Driver is an open PostgreSQL database.
 type Driver struct {

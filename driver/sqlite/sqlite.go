@@ -18,7 +18,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -35,17 +34,7 @@ import (
 var migrationFS embed.FS
 
 // Migrations returns the embedded schema, in order.
-func Migrations() []driver.Migration {
-	sub, err := fs.Sub(migrationFS, "migrations")
-	if err != nil {
-		panic(err)
-	}
-	m, err := driver.LoadMigrations(sub)
-	if err != nil {
-		panic(err) // embedded files: a bad name is a build mistake
-	}
-	return m
-}
+func Migrations() []driver.Migration { return driver.MustLoadMigrations(migrationFS, "migrations") }
 
 // Driver is an open SQLite database.
 type Driver struct {
