@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -196,4 +197,22 @@ type Jobs interface {
 	// PruneJobs deletes up to limit completed jobs finalized at least
 	// olderThan ago. It never touches available, running or dead jobs.
 	PruneJobs(ctx context.Context, olderThan time.Duration, limit int) (int, error)
+}
+
+// ScanJobCounts reads (state, count) rows, as both drivers' CountJobs
+// queries return them, and closes rows.
+func ScanJobCounts(rows *sql.Rows) (map[JobState]int, error) {
+	defer rows.Close()
+	out := map[JobState]int{}
+	for rows.Next() {
+		var (
+			s string
+			n int
+		)
+		if err := rows.Scan(&s, &n); err != nil {
+			return nil, err
+		}
+		out[JobState(s)] = n
+	}
+	return out, rows.Err()
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -77,6 +78,39 @@ func jobStatesText() string {
 	return strings.Join(names, ", ")
 }
 
+// jobPage is the filter and paging flags that jobs list and outbox list
+// share.
+type jobPage struct {
+	state   string
+	after   int64
+	limit   int
+	problem string
+}
+
+// addJobPage defines --state, --after and --limit on fs; what names the
+// listed things ("jobs"), cursor the --after placeholder.
+func addJobPage(fs *flag.FlagSet, what, cursor string) *jobPage {
+	p := &jobPage{}
+	fs.StringVar(&p.state, "state", "", "only "+what+" in `STATE`: available, running, completed or dead")
+	fs.Int64Var(&p.after, "after", 0, "only "+what+" whose job id is above `"+cursor+"` (the next page)")
+	fs.IntVar(&p.limit, "limit", 100, "at most `N` "+what+" (1…100000)")
+	return p
+}
+
+// check validates the flags; problem says what is wrong when ok is false.
+func (p *jobPage) check() (st jobs.State, ok bool) {
+	st, ok = parseJobState(p.state)
+	switch {
+	case !ok:
+		p.problem = fmt.Sprintf("--state %q: want one of %s", p.state, jobStatesText())
+	case p.limit < 1 || p.limit > 100000:
+		p.problem, ok = fmt.Sprintf("--limit %d: want 1…100000", p.limit), false
+	case p.after < 0:
+		p.problem, ok = fmt.Sprintf("--after %d: want 0 or more", p.after), false
+	}
+	return st, ok
+}
+
 // parseJobID reads the ID argument of show, retry and discard.
 func parseJobID(pos []string) (int64, error) {
 	if len(pos) != 1 {
@@ -131,10 +165,8 @@ with --after the last ID shown.
   idem jobs list --state dead --json | jq '.[].id'`)
 	db := fs.String("db", defaultDB(), "database URL (env IDEM_DB)")
 	queue := fs.String("queue", "", "only jobs of queue `Q`")
-	state := fs.String("state", "", "only jobs in `STATE`: available, running, completed or dead")
 	kind := fs.String("kind", "", "only jobs of kind `K`")
-	after := fs.Int64("after", 0, "only jobs with an id above `ID` (the next page)")
-	limit := fs.Int("limit", 100, "at most `N` jobs (1…100000)")
+	pg := addJobPage(fs, "jobs", "ID")
 	asJSON := fs.Bool("json", false, "print a JSON array instead of a table")
 	pos, code, done := parseArgs(fs, args, stdout)
 	if done {
@@ -143,16 +175,11 @@ with --after the last ID shown.
 	if len(pos) > 0 {
 		return usageError(fs, stderr, "unexpected argument %q", pos[0])
 	}
-	st, ok := parseJobState(*state)
+	st, ok := pg.check()
 	if !ok {
-		return usageError(fs, stderr, "--state %q: want one of %s", *state, jobStatesText())
+		return usageError(fs, stderr, "%s", pg.problem)
 	}
-	if *limit < 1 || *limit > 100000 {
-		return usageError(fs, stderr, "--limit %d: want 1…100000", *limit)
-	}
-	if *after < 0 {
-		return usageError(fs, stderr, "--after %d: want 0 or more", *after)
-	}
+	after, limit := &pg.after, &pg.limit
 	l, c, err := openJobs(ctx, *db, nil)
 	if err != nil {
 		fmt.Fprintln(stderr, "idem jobs list:", err)

@@ -85,9 +85,7 @@ host's clock. Page with --after the last JOB shown.
   idem outbox list --state available --json | jq '.[] | {key, next_attempt_at, last_error}'`)
 	db := fs.String("db", defaultDB(), "database URL (env IDEM_DB)")
 	queue := fs.String("queue", outbox.DefaultQueue, "the outbox's jobs queue `Q` (outbox.Config.Queue)")
-	state := fs.String("state", "", "only deliveries in `STATE`: available, running, completed or dead")
-	after := fs.Int64("after", 0, "only deliveries whose job id is above `JOB` (the next page)")
-	limit := fs.Int("limit", 100, "at most `N` deliveries (1…100000)")
+	pg := addJobPage(fs, "deliveries", "JOB")
 	asJSON := fs.Bool("json", false, "print a JSON array instead of a table")
 	pos, code, done := parseArgs(fs, args, stdout)
 	if done {
@@ -96,16 +94,11 @@ host's clock. Page with --after the last JOB shown.
 	if len(pos) > 0 {
 		return usageError(fs, stderr, "unexpected argument %q", pos[0])
 	}
-	st, ok := parseJobState(*state)
+	st, ok := pg.check()
 	if !ok {
-		return usageError(fs, stderr, "--state %q: want one of %s", *state, jobStatesText())
+		return usageError(fs, stderr, "%s", pg.problem)
 	}
-	if *limit < 1 || *limit > 100000 {
-		return usageError(fs, stderr, "--limit %d: want 1…100000", *limit)
-	}
-	if *after < 0 {
-		return usageError(fs, stderr, "--after %d: want 0 or more", *after)
-	}
+	after, limit := &pg.after, &pg.limit
 	l, ob, code, err := openOutbox(ctx, *db, outbox.Config{Queue: *queue})
 	if err != nil {
 		fmt.Fprintln(stderr, "idem outbox list:", err)

@@ -336,19 +336,11 @@ func (d *Driver) CountJobs(ctx context.Context, queue string) (map[driver.JobSta
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: count jobs: %w", err)
 	}
-	defer rows.Close()
-	out := map[driver.JobState]int{}
-	for rows.Next() {
-		var (
-			s string
-			n int
-		)
-		if err := rows.Scan(&s, &n); err != nil {
-			return nil, fmt.Errorf("sqlite: count jobs: %w", err)
-		}
-		out[driver.JobState(s)] = n
+	out, err := driver.ScanJobCounts(rows)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: count jobs: %w", err)
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // RequeueJob makes a dead job available now.
