@@ -112,6 +112,19 @@ type ClaimParams struct {
 	TombstoneTTL            time.Duration
 }
 
+// Created is the record a Claim inserted for p, built from what the insert
+// computed (the lease's end and the statement's clock) instead of being
+// read back.
+func (p ClaimParams) Created(leaseUntil, now time.Time) Record {
+	return Record{
+		Scope: p.Scope, Key: p.Key, Fingerprint: p.Fingerprint, State: StateInProgress,
+		Attempt: 1, LeaseID: p.LeaseID, LeaseUntil: leaseUntil,
+		Retention:    p.Retention.Truncate(time.Millisecond), // stored in milliseconds
+		TombstoneTTL: p.TombstoneTTL.Truncate(time.Millisecond),
+		CreatedAt:    now, UpdatedAt: now, Now: now,
+	}
+}
+
 // TakeoverParams asks to take an existing record that is free to take: a
 // released record, an in-progress record whose lease has ended, or a
 // completed record past its tombstone window. It is a compare-and-swap on

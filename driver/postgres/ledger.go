@@ -81,13 +81,7 @@ func (d *Driver) Claim(ctx context.Context, q driver.Querier, p driver.ClaimPara
 		return driver.Record{}, false, fmt.Errorf("postgres: claim: %w", err)
 	}
 	if created {
-		return driver.Record{
-			Scope: p.Scope, Key: p.Key, Fingerprint: p.Fingerprint, State: driver.StateInProgress,
-			Attempt: 1, LeaseID: p.LeaseID, LeaseUntil: rec.LeaseUntil,
-			Retention:    time.Duration(p.Retention.Milliseconds()) * time.Millisecond,
-			TombstoneTTL: time.Duration(p.TombstoneTTL.Milliseconds()) * time.Millisecond,
-			CreatedAt:    rec.CreatedAt, UpdatedAt: rec.CreatedAt, Now: rec.CreatedAt,
-		}, true, nil
+		return p.Created(rec.LeaseUntil, rec.CreatedAt), true, nil
 	}
 	if q == nil {
 		q = d.db

@@ -76,13 +76,7 @@ func (d *Driver) Claim(ctx context.Context, q driver.Querier, p driver.ClaimPara
 		return driver.Record{}, false, fmt.Errorf("sqlite: claim: %w", err)
 	}
 	if created {
-		return driver.Record{
-			Scope: p.Scope, Key: p.Key, Fingerprint: p.Fingerprint, State: driver.StateInProgress,
-			Attempt: 1, LeaseID: p.LeaseID, LeaseUntil: fromMS(now + ms(p.Lease)),
-			Retention:    time.Duration(ms(p.Retention)) * time.Millisecond,
-			TombstoneTTL: time.Duration(ms(p.TombstoneTTL)) * time.Millisecond,
-			CreatedAt:    fromMS(now), UpdatedAt: fromMS(now), Now: fromMS(now),
-		}, true, nil
+		return p.Created(fromMS(now+ms(p.Lease)), fromMS(now)), true, nil
 	}
 	rec, err := d.get(ctx, r, p.Scope, p.Key)
 	if errors.Is(err, driver.ErrNotFound) {
