@@ -3,7 +3,6 @@ package idem
 import (
 	"context"
 	"crypto/sha256"
-	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemdev/idem/driver"
+	"github.com/idemdev/idem/idemtype"
 )
 
 // Claim is the answer to "may I run this operation?". When Outcome is
@@ -30,7 +30,7 @@ type Claim struct {
 	// the database clock.
 	LeaseUntil time.Time
 	// Record is the ledger record as the claim found or left it.
-	Record Record
+	Record idemtype.Record
 	// Result is the stored result when Outcome is Replay.
 	Result Result
 
@@ -58,7 +58,7 @@ func (l *Ledger) Claim(ctx context.Context, op Op) (*Claim, error) {
 	if err != nil {
 		return nil, err
 	}
-	return l.claimObserved(ctx, nil, op)
+	return l.claimObserved(ctx, driver.Shared, op)
 }
 
 // ClaimTx is Claim inside the caller's transaction: the claim commits or
@@ -68,20 +68,21 @@ func (l *Ledger) Claim(ctx context.Context, op Op) (*Claim, error) {
 // a crash before commit leaves no trace, so the next claim starts clean at
 // once. Finish a held claim with CompleteTx or FailTx in the same tx. Keep
 // tx short: on SQLite it holds the only writer.
-func (l *Ledger) ClaimTx(ctx context.Context, tx *sql.Tx, op Op) (*Claim, error) {
-	if tx == nil {
-		return nil, &InputError{Field: "tx", Reason: "must not be nil"}
-	}
-	op, err := l.withDefaults(op)
+func (l *Ledger) ClaimTx(ctx context.Context, tx Tx, op Op) (*Claim, error) {
+	ex, err := l.executor(tx)
 	if err != nil {
 		return nil, err
 	}
-	return l.claimObserved(ctx, tx, op)
+	op, err = l.withDefaults(op)
+	if err != nil {
+		return nil, err
+	}
+	return l.claimObserved(ctx, ex, op)
 }
 
-func (l *Ledger) claimObserved(ctx context.Context, q driver.Querier, op Op) (*Claim, error) {
+func (l *Ledger) claimObserved(ctx context.Context, ex driver.Executor, op Op) (*Claim, error) {
 	start := time.Now()
-	c, err := l.claim(ctx, q, op)
+	c, err := l.claim(ctx, ex, op)
 	ev := Event{Kind: EventClaim, Op: op, Took: time.Since(start), Err: err}
 	if c != nil {
 		ev.Outcome, ev.Attempt = c.Outcome, c.Record.Attempt
@@ -92,13 +93,13 @@ func (l *Ledger) claimObserved(ctx context.Context, q driver.Querier, op Op) (*C
 	return c, err
 }
 
-func (l *Ledger) claim(ctx context.Context, q driver.Querier, op Op) (*Claim, error) {
+func (l *Ledger) claim(ctx context.Context, ex driver.Executor, op Op) (*Claim, error) {
 	for range maxClaimRetries {
 		p := driver.ClaimParams{
 			Scope: op.Scope, Key: op.Key, Fingerprint: op.Fingerprint,
 			LeaseID: rand.Int64(), Lease: op.Lease, Retention: op.Retention, TombstoneTTL: l.tombstone,
 		}
-		rec, created, err := l.drv.Claim(ctx, q, p)
+		rec, created, err := l.drv.Claim(ctx, ex, p)
 		if errors.Is(err, driver.ErrConflict) {
 			continue
 		}
@@ -108,7 +109,7 @@ func (l *Ledger) claim(ctx context.Context, q driver.Querier, op Op) (*Claim, er
 		if created {
 			return l.held(Acquired, op, p.LeaseID, rec), nil
 		}
-		c, err := l.decide(ctx, q, op, p, rec)
+		c, err := l.decide(ctx, ex, op, p, rec)
 		if errors.Is(err, driver.ErrConflict) {
 			continue
 		}
@@ -124,7 +125,7 @@ const (
 	takeFresh    verdict = iota + 1 // released, or gone past its tombstone: acquire with token+1
 	takeStale                       // stale in-progress claim: reclaim with token+1
 	parkStale                       // stale in-progress claim under the Park policy
-	askStale                        // stale in-progress claim under the Reconcile policy
+	askStale                        // stale in-progress claim under the StaleReconcile policy
 	giveReplay                      // finished and authoritative
 	giveInFlight                    // live lease held by another
 	giveMismatch                    // different fingerprint
@@ -134,47 +135,47 @@ const (
 
 // judge is the whole state machine for an existing record, as a pure
 // function of the record (with the database clock) and the request.
-func judge(op Op, r Record) verdict {
+func judge(op Op, r idemtype.Record) verdict {
 	now := r.Now
-	gone := (r.State == StateSucceeded || r.State == StateFailed || r.State == StateTombstone) &&
+	gone := (r.State == idemtype.StateSucceeded || r.State == idemtype.StateFailed || r.State == idemtype.StateTombstone) &&
 		!r.TombstoneUntil.IsZero() && !r.TombstoneUntil.After(now)
 	switch {
-	case r.State == StateReleased || gone:
+	case r.State == idemtype.StateReleased || gone:
 		return takeFresh
 	case r.Fingerprint != op.Fingerprint:
 		return giveMismatch
 	}
 	switch r.State {
-	case StateInProgress:
+	case idemtype.StateInProgress:
 		if r.LeaseUntil.After(now) {
 			return giveInFlight
 		}
 		switch op.Stale {
-		case Park:
+		case StalePark:
 			return parkStale
-		case Reconcile:
+		case StaleReconcile:
 			return askStale
 		default:
 			return takeStale
 		}
-	case StateSucceeded, StateFailed:
+	case idemtype.StateSucceeded, idemtype.StateFailed:
 		if r.ExpiresAt.After(now) {
 			return giveReplay
 		}
 		return giveExpired
-	case StateTombstone:
+	case idemtype.StateTombstone:
 		return giveExpired
 	default: // parked, or a state a newer version wrote: never run it
 		return giveParked
 	}
 }
 
-func (l *Ledger) decide(ctx context.Context, q driver.Querier, op Op, p driver.ClaimParams, found driver.Record) (*Claim, error) {
-	r := recordFrom(found)
+func (l *Ledger) decide(ctx context.Context, ex driver.Executor, op Op, p driver.ClaimParams, found idemtype.Record) (*Claim, error) {
+	r := found
 	v := judge(op, r)
 	switch v {
 	case takeFresh, takeStale, askStale, parkStale:
-		rec, err := l.drv.Takeover(ctx, q, driver.TakeoverParams{
+		rec, err := l.drv.Takeover(ctx, ex, driver.TakeoverParams{
 			ClaimParams: p, FromState: found.State, FromAttempt: found.Attempt, Park: v == parkStale,
 		})
 		if err != nil {
@@ -185,16 +186,16 @@ func (l *Ledger) decide(ctx context.Context, q driver.Querier, op Op, p driver.C
 			return l.held(Acquired, op, p.LeaseID, rec), nil
 		case parkStale:
 			l.logOp(ctx, slog.LevelWarn, "stale claim parked", op, rec.Attempt)
-			return &Claim{Outcome: Parked, Op: op, Record: recordFrom(rec)}, nil
+			return &Claim{Outcome: Parked, Op: op, Record: rec}, nil
 		}
 		l.logOp(ctx, slog.LevelWarn, "stale claim reclaimed", op, rec.Attempt, slog.Int64("previous_attempt", found.Attempt))
 		c := l.held(Reclaimed, op, p.LeaseID, rec)
 		if v == askStale {
-			return l.reconcileStale(ctx, q, c)
+			return l.reconcileStale(ctx, ex, c)
 		}
 		return c, nil
 	case giveReplay:
-		return &Claim{Outcome: Replay, Op: op, Record: r, Result: Result{Status: r.Result.Status, Meta: r.Result.Meta, Body: r.Result.Body, Replayed: true}}, nil
+		return &Claim{Outcome: Replay, Op: op, Record: r, Result: Result{Status: r.Status, Meta: r.Meta, Body: r.Body, Replayed: true}}, nil
 	case giveInFlight:
 		return &Claim{Outcome: InFlight, Op: op, Record: r}, nil
 	case giveMismatch:
@@ -204,12 +205,12 @@ func (l *Ledger) decide(ctx context.Context, q driver.Querier, op Op, p driver.C
 		return &Claim{Outcome: Parked, Op: op, Record: r}, nil
 	default: // giveExpired
 		l.logOp(ctx, slog.LevelWarn, "replay of an expired key", op, r.Attempt)
-		return nil, &ConflictError{Outcome: Expired, Record: r}
+		return nil, &ConflictError{Outcome: expired, Record: r}
 	}
 }
 
-func (l *Ledger) held(o Outcome, op Op, leaseID int64, rec driver.Record) *Claim {
-	return &Claim{Outcome: o, Op: op, Token: rec.Attempt, LeaseUntil: rec.LeaseUntil, Record: recordFrom(rec), leaseID: leaseID}
+func (l *Ledger) held(o Outcome, op Op, leaseID int64, rec idemtype.Record) *Claim {
+	return &Claim{Outcome: o, Op: op, Token: rec.Attempt, LeaseUntil: rec.LeaseUntil, Record: rec, leaseID: leaseID}
 }
 
 func (c *Claim) fence() driver.Fence {

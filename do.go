@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/internal/crashpoint"
 )
 
@@ -43,7 +44,7 @@ func (l *Ledger) Do(ctx context.Context, op Op, fn Func) (Result, error) {
 	}
 	switch c.Outcome {
 	case Replay:
-		if c.Record.State == StateFailed {
+		if c.Record.State == idemtype.StateFailed {
 			return c.Result, fmt.Errorf("%w: scope %q key %q", ErrFailed, c.Op.Scope, c.Op.Key)
 		}
 		return c.Result, nil
@@ -66,17 +67,26 @@ func (l *Ledger) run(ctx context.Context, c *Claim, fn Func) (res Result, err er
 	// The transaction is not bound to the caller's context, which would roll
 	// it back when the client goes away after fn's work is done, leaving the
 	// key stuck; fn's own statements use workCtx and still stop on cancel.
-	tx, err := l.drv.DB().BeginTx(bg, nil)
+	tx, end, err := l.drv.Begin(bg)
 	if err != nil {
 		l.releaseQuietly(bg, c)
 		return Result{}, fmt.Errorf("idem: begin %q: %w", c.Op.Key, err)
 	}
-	committed := false
+	// rollback ends the transaction once; on SQLite it holds idem's writer,
+	// which the writes after it (release, fail) need.
+	ended := false
+	rollback := func() {
+		if !ended {
+			ended = true
+			tx.Rollback()
+			end()
+		}
+	}
 	defer func() {
-		if committed {
+		if ended {
 			return
 		}
-		tx.Rollback()
+		rollback()
 		if p := recover(); p != nil {
 			l.releaseQuietly(bg, c)
 			panic(p)
@@ -85,7 +95,7 @@ func (l *Ledger) run(ctx context.Context, c *Claim, fn Func) (res Result, err er
 
 	body, ferr := fn(workCtx, tx)
 	if ferr != nil {
-		tx.Rollback()
+		rollback()
 		if cause := context.Cause(workCtx); errors.Is(cause, ErrLeaseLost) {
 			return Result{}, fmt.Errorf("idem: %q: %w: %w", c.Op.Key, ErrLeaseLost, ferr)
 		}
@@ -101,12 +111,14 @@ func (l *Ledger) run(ctx context.Context, c *Claim, fn Func) (res Result, err er
 	}
 	r := Result{Body: body}
 	if err := l.CompleteTx(bg, tx, c, r); err != nil {
-		return Result{}, err // ErrLeaseLost: rolled back by the deferred Rollback
+		return Result{}, err // ErrLeaseLost: rolled back by the deferred rollback
 	}
 	crashpoint.Hit(crashpoint.BeforeCommit)
 	stop()
-	committed = true
-	if err := tx.Commit(); err != nil {
+	ended = true
+	err = tx.Commit()
+	end()
+	if err != nil {
 		// The commit may have happened: the key is left to its lease, and a
 		// retry with the same op finds out.
 		return Result{}, fmt.Errorf("idem: commit %q (outcome unknown; retry with the same key): %w", c.Op.Key, err)

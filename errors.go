@@ -3,6 +3,8 @@ package idem
 import (
 	"errors"
 	"fmt"
+
+	"github.com/idemdev/idem/idemtype"
 )
 
 // Sentinel errors. Match them with errors.Is; a *ConflictError carrying the
@@ -47,7 +49,7 @@ func (e *InputError) Is(target error) bool { return target == ErrInvalid }
 // ErrExpired by its Outcome.
 type ConflictError struct {
 	Outcome Outcome
-	Record  Record
+	Record  idemtype.Record
 }
 
 func (e *ConflictError) Error() string {
@@ -62,7 +64,7 @@ func (e *ConflictError) sentinel() error {
 		return ErrMismatch
 	case Parked:
 		return ErrParked
-	case Expired:
+	case expired:
 		return ErrExpired
 	}
 	return errors.New("idem: conflict " + e.Outcome.String())

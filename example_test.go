@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/dburl"
 )
 
 // Do runs a function at most once per key; a retry gets the stored result.
@@ -23,7 +24,7 @@ func ExampleLedger_Do() {
 	defer os.RemoveAll(dir)
 
 	ctx := context.Background()
-	l, err := idem.Open(ctx, "sqlite:"+filepath.Join(dir, "idem.db"), nil)
+	l, err := dburl.Open(ctx, "sqlite:"+filepath.Join(dir, "idem.db"), nil)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -72,7 +73,7 @@ func ExampleLedger_Claim() {
 	defer os.RemoveAll(dir)
 
 	ctx := context.Background()
-	l, err := idem.Open(ctx, "sqlite:"+filepath.Join(dir, "idem.db"), nil)
+	l, err := dburl.Open(ctx, "sqlite:"+filepath.Join(dir, "idem.db"), nil)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -2,13 +2,13 @@ package idem
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/idemdev/idem/driver"
+	"github.com/idemdev/idem/idemtype"
 )
 
 // Complete records a held claim as succeeded with its result. Retries get
@@ -19,45 +19,47 @@ import (
 // If Complete returns another error, the write may or may not have
 // committed; a retry of the whole operation with the same key finds out.
 func (l *Ledger) Complete(ctx context.Context, c *Claim, r Result) error {
-	return l.finish(ctx, nil, c, StateSucceeded, r)
+	return l.finish(ctx, driver.Shared, c, idemtype.StateSucceeded, r)
 }
 
 // CompleteTx is Complete inside the caller's transaction: the caller's
 // local effect and the done mark commit together or not at all. The fence
 // is checked inside tx; on PostgreSQL it locks the record until tx ends.
-func (l *Ledger) CompleteTx(ctx context.Context, tx *sql.Tx, c *Claim, r Result) error {
-	if tx == nil {
-		return &InputError{Field: "tx", Reason: "must not be nil"}
+func (l *Ledger) CompleteTx(ctx context.Context, tx Tx, c *Claim, r Result) error {
+	ex, err := l.executor(tx)
+	if err != nil {
+		return err
 	}
-	return l.finish(ctx, tx, c, StateSucceeded, r)
+	return l.finish(ctx, ex, c, idemtype.StateSucceeded, r)
 }
 
 // Fail records a held claim as failed permanently: the result is stored and
 // replayed to retries like a success. Use Release for failures a retry may
 // cure.
 func (l *Ledger) Fail(ctx context.Context, c *Claim, r Result) error {
-	return l.finish(ctx, nil, c, StateFailed, r)
+	return l.finish(ctx, driver.Shared, c, idemtype.StateFailed, r)
 }
 
 // FailTx is Fail inside the caller's transaction.
-func (l *Ledger) FailTx(ctx context.Context, tx *sql.Tx, c *Claim, r Result) error {
-	if tx == nil {
-		return &InputError{Field: "tx", Reason: "must not be nil"}
+func (l *Ledger) FailTx(ctx context.Context, tx Tx, c *Claim, r Result) error {
+	ex, err := l.executor(tx)
+	if err != nil {
+		return err
 	}
-	return l.finish(ctx, tx, c, StateFailed, r)
+	return l.finish(ctx, ex, c, idemtype.StateFailed, r)
 }
 
 // Release gives a held claim up without a result: the next claim starts
 // clean (Acquired, token+1), with any fingerprint. Use it when the effect
 // certainly did not happen.
 func (l *Ledger) Release(ctx context.Context, c *Claim) error {
-	return l.finish(ctx, nil, c, StateReleased, Result{})
+	return l.finish(ctx, driver.Shared, c, idemtype.StateReleased, Result{})
 }
 
 // Park records that a held claim's outcome is unknown. Nobody runs it again
 // until an operator resolves it (idem reconcile).
 func (l *Ledger) Park(ctx context.Context, c *Claim) error {
-	return l.finish(ctx, nil, c, StateParked, Result{})
+	return l.finish(ctx, driver.Shared, c, idemtype.StateParked, Result{})
 }
 
 // Heartbeat extends a held claim's lease by its lease duration, from the
@@ -86,13 +88,13 @@ func checkHeld(c *Claim) error {
 	return nil
 }
 
-func (l *Ledger) finish(ctx context.Context, q driver.Querier, c *Claim, st State, r Result) error {
+func (l *Ledger) finish(ctx context.Context, ex driver.Executor, c *Claim, st idemtype.State, r Result) error {
 	if err := checkHeld(c); err != nil {
 		return err
 	}
 	start := time.Now()
-	err := l.drv.Finish(ctx, q, driver.FinishParams{
-		Fence: c.fence(), State: driver.State(st), Status: r.Status, Meta: r.Meta, Body: r.Body,
+	err := l.drv.Finish(ctx, ex, driver.FinishParams{
+		Fence: c.fence(), State: st, Status: r.Status, Meta: r.Meta, Body: r.Body,
 	})
 	if errors.Is(err, driver.ErrFenced) {
 		l.observe(ctx, Event{Kind: EventLeaseLost, Op: c.Op, Attempt: c.Token, State: st})

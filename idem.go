@@ -6,25 +6,27 @@
 // operation gets the stored result; a retry while the first still works gets
 // InFlight; the same key with a different request gets Mismatch.
 //
-//	l, err := idem.Open(ctx, "sqlite:idem.db", nil)
-//	res, err := l.Do(ctx, idem.Op{Key: k, Fingerprint: fp}, func(ctx context.Context, tx *sql.Tx) ([]byte, error) {
-//		// write the effect with tx: it commits together with the done mark
-//	})
+// A ledger runs on the application's own database handle, through a driver
+// made from it: postgres.New(pool) on a pgx pool, sqlite.New(db) on a
+// *sql.DB opened with any SQLite driver. This package imports no database
+// driver; package dburl opens one from a URL, for the CLI and quick starts.
+// Every ...Tx method joins the application's own transaction (a *sql.Tx,
+// or a pgx.Tx on the postgres driver), so a business write and idem's
+// record commit together.
 //
-// What idem promises, and what it cannot, is in docs/contract.md.
+// What idem promises, and what it cannot, is in docs/contract.md; the path
+// of a claim through the code is in docs/architecture.md.
 package idem
 
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/idemdev/idem/driver"
-	"github.com/idemdev/idem/driver/postgres"
-	"github.com/idemdev/idem/driver/sqlite"
 )
 
 // Default durations, used where Options or Op leave a field zero.
@@ -49,9 +51,9 @@ type Options struct {
 	// -1 keeps no tombstone: after retention the key is simply new.
 	TombstoneTTL time.Duration
 	// Stale is what a claim does when it finds an in-progress record whose
-	// lease has ended. Default Redo.
+	// lease has ended. Default StaleRedo.
 	Stale StalePolicy
-	// Reconciler is asked about stale claims under the Reconcile policy.
+	// Reconciler is asked about stale claims under the StaleReconcile policy.
 	Reconciler Reconciler
 	// Logger receives one line per notable event (reclaims, parked claims,
 	// lost leases, expired replays), each carrying scope, key, fingerprint
@@ -60,12 +62,9 @@ type Options struct {
 	// Clock replaces the database clock. For tests only: in production every
 	// lease must come from the one database clock.
 	Clock func() time.Time
-	// NoMigrate skips applying the embedded schema on Open; run
+	// NoMigrate skips applying the embedded schema in New; run
 	// `idem migrate` (or the printed SQL) yourself.
 	NoMigrate bool
-	// SyncNormal runs SQLite with synchronous=NORMAL instead of FULL: safe
-	// against a killed process, not against a power cut.
-	SyncNormal bool
 	// MaxBatch bounds group commit: concurrent claims, completions and
 	// heartbeats that do not join a caller's transaction are written, at
 	// most MaxBatch at a time, in one transaction (one fsync), and each
@@ -96,72 +95,45 @@ type Ledger struct {
 	obs       Observer
 }
 
-// Open opens the ledger at url and applies the schema (unless
-// Options.NoMigrate). Known URLs:
-//
-//	sqlite:path/to/idem.db            (also sqlite://path; ?synchronous=normal)
-//	postgres://user@host/db?…         (also postgresql://)
-//
-// An unknown scheme or an unreachable database is an error naming what was
-// wrong.
-func Open(ctx context.Context, url string, opts *Options) (*Ledger, error) {
+// Tx is an open transaction of the application's that a ...Tx method
+// joins: a *sql.Tx begun on any pool open on the ledger's database, or a
+// pgx.Tx on a driver made with postgres.New. Any other value is an
+// *InputError. The method's writes commit or roll back with it.
+type Tx any
+
+// New opens a ledger on drv, a driver made from the application's database
+// handle (postgres.New(pool), sqlite.New(db)): it checks the options, sets
+// the driver up and applies the schema (unless Options.NoMigrate). A nil
+// *Options means all defaults. Close the ledger to stop its background
+// work; the application's handle stays open unless the driver was made to
+// own it.
+func New(ctx context.Context, drv driver.Driver, opts *Options) (*Ledger, error) {
+	if drv == nil {
+		return nil, &InputError{Field: "driver", Reason: "must not be nil"}
+	}
 	o := Options{}
 	if opts != nil {
 		o = *opts
 	}
-	if _, err := newLedger(nil, &o); err != nil {
-		return nil, err // bad options: nothing opened, nothing migrated
-	}
-	cfg := driver.Config{Now: o.Clock, NoMigrate: o.NoMigrate, SyncNormal: o.SyncNormal, MaxBatch: o.MaxBatch}
-	drv, err := OpenDriver(ctx, url, cfg)
+	l, err := newLedger(drv, &o)
 	if err != nil {
-		return nil, err
+		return nil, err // bad options: nothing touched
 	}
-	l, err := New(drv, &o)
-	if err != nil {
-		drv.Close()
-		return nil, err
+	if err := drv.Setup(ctx, driver.Config{Now: o.Clock, NoMigrate: o.NoMigrate, MaxBatch: o.MaxBatch}); err != nil {
+		return nil, fmt.Errorf("idem: %w", err)
 	}
 	return l, nil
 }
 
-// OpenDriver opens the database behind url without wrapping it in a
-// Ledger. Jobs, outbox and inbox use it through their own constructors.
-func OpenDriver(ctx context.Context, url string, cfg driver.Config) (driver.Driver, error) {
-	scheme, rest, ok := strings.Cut(url, ":")
-	if !ok {
-		return nil, fmt.Errorf("idem: database URL %q has no scheme (want sqlite:PATH or postgres://…)", url)
-	}
-	switch scheme {
-	case "sqlite", "sqlite3":
-		return sqlite.Open(ctx, strings.TrimPrefix(rest, "//"), cfg)
-	case "postgres", "postgresql":
-		return postgres.Open(ctx, url, cfg)
-	default:
-		return nil, fmt.Errorf("idem: unknown database scheme %q in %q (want sqlite:PATH or postgres://…)", scheme, url)
-	}
-}
-
-// New wraps an open driver. Most users call Open instead.
-func New(drv driver.Driver, opts *Options) (*Ledger, error) {
-	if drv == nil {
-		return nil, &InputError{Field: "driver", Reason: "must not be nil"}
-	}
-	return newLedger(drv, opts)
-}
-
-// newLedger checks opts and builds the ledger around drv (nil to check only).
+// newLedger checks opts and builds the ledger around drv.
 func newLedger(drv driver.Driver, opts *Options) (*Ledger, error) {
-	o := Options{}
-	if opts != nil {
-		o = *opts
-	}
+	o := *opts
 	l := &Ledger{
 		drv:       drv,
 		lease:     cmp.Or(o.Lease, DefaultLease),
 		retention: cmp.Or(o.Retention, DefaultRetention),
 		tombstone: cmp.Or(o.TombstoneTTL, DefaultTombstoneTTL),
-		stale:     cmp.Or(o.Stale, Redo),
+		stale:     cmp.Or(o.Stale, StaleRedo),
 		reconcile: o.Reconciler,
 		log:       cmp.Or(o.Logger, slog.Default()),
 		hashKeys:  o.HashKeysInLogs,
@@ -176,15 +148,34 @@ func newLedger(drv driver.Driver, opts *Options) (*Ledger, error) {
 	if err := checkDuration("retention", l.retention, minRetention, maxRetention); err != nil {
 		return nil, err
 	}
-	if l.stale == Reconcile && l.reconcile == nil {
-		return nil, fmt.Errorf("idem: stale policy Reconcile needs Options.Reconciler")
+	if l.stale == StaleReconcile && l.reconcile == nil {
+		return nil, &InputError{Field: "stale", Reason: "policy StaleReconcile needs Options.Reconciler"}
 	}
 	return l, nil
 }
 
-// Driver returns the database driver, for the jobs, outbox and inbox
-// packages that share the ledger's database. Not for application code.
+// executor adapts the caller's transaction for the driver.
+func (l *Ledger) executor(tx Tx) (driver.Executor, error) {
+	if tx == nil {
+		return nil, &InputError{Field: "tx", Reason: "must not be nil"}
+	}
+	ex, err := l.drv.Executor(tx)
+	if err != nil {
+		return nil, &InputError{Field: "tx", Reason: err.Error()}
+	}
+	return ex, nil
+}
+
+// DB returns a database/sql handle on the ledger's database: the
+// application's *sql.DB on SQLite, a database/sql view of the pgx pool on
+// PostgreSQL. Transactions begun on it can be handed to the ...Tx methods.
+func (l *Ledger) DB() *sql.DB { return l.drv.DB() }
+
+// Driver returns the driver the ledger runs on, for the packages built on
+// the ledger (jobs, outbox, inbox) and for driver tests. Applications reach
+// their database through their own handle or DB.
 func (l *Ledger) Driver() driver.Driver { return l.drv }
 
-// Close closes the database.
+// Close stops the ledger's background work (group commit) and closes the
+// database handle if the driver owns it.
 func (l *Ledger) Close() error { return l.drv.Close() }

@@ -3,6 +3,8 @@ package idem
 import (
 	"context"
 	"time"
+
+	"github.com/idemdev/idem/idemtype"
 )
 
 // EventKind names what an Event reports.
@@ -20,13 +22,10 @@ const (
 
 // Event is one thing the ledger did, for metrics and tracing.
 type Event struct {
-	Kind EventKind
-	// Ctx is the operation's context, so a tracer can parent its span.
-	// Observers must not keep it past the call.
-	Ctx     context.Context
+	Kind    EventKind
 	Op      Op
 	Outcome Outcome
-	State   State
+	State   idemtype.State
 	Verdict Verdict
 	Attempt int64
 	Took    time.Duration
@@ -35,14 +34,14 @@ type Event struct {
 	Tombstoned, Deleted int
 }
 
-// Observer receives every Event. It is called synchronously on the
+// Observer receives every Event with the operation's context (so that a
+// tracer can parent its span). It is called synchronously on the
 // operation's goroutine and must not block.
-type Observer func(Event)
+type Observer func(ctx context.Context, e Event)
 
 func (l *Ledger) observe(ctx context.Context, e Event) {
 	if l.obs != nil {
-		e.Ctx = ctx
-		l.obs(e)
+		l.obs(ctx, e)
 	}
 }
 
@@ -55,9 +54,9 @@ func Observers(obs ...Observer) Observer {
 			list = append(list, o)
 		}
 	}
-	return func(e Event) {
+	return func(ctx context.Context, e Event) {
 		for _, o := range list {
-			o(e)
+			o(ctx, e)
 		}
 	}
 }

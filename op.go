@@ -69,8 +69,8 @@ func (l *Ledger) withDefaults(op Op) (Op, error) {
 	if err := checkDuration("retention", op.Retention, minRetention, maxRetention); err != nil {
 		return op, err
 	}
-	if op.Stale == Reconcile && l.reconcile == nil {
-		return op, &InputError{Field: "stale", Reason: "policy Reconcile needs Options.Reconciler"}
+	if op.Stale == StaleReconcile && l.reconcile == nil {
+		return op, &InputError{Field: "stale", Reason: "policy StaleReconcile needs Options.Reconciler"}
 	}
 	return op, nil
 }

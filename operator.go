@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemdev/idem/driver"
+	"github.com/idemdev/idem/idemtype"
 )
 
 // ErrNotFound means the ledger has no record for the scope and key.
@@ -17,43 +18,32 @@ var ErrNotFound = errors.New("idem: record not found")
 var ErrLiveLease = errors.New("idem: record is in progress under a live lease")
 
 // Get reads the record for scope and key.
-func (l *Ledger) Get(ctx context.Context, scope, key string) (Record, error) {
+func (l *Ledger) Get(ctx context.Context, scope, key string) (idemtype.Record, error) {
 	rec, err := l.drv.Get(ctx, scope, key)
 	if errors.Is(err, driver.ErrNotFound) {
-		return Record{}, ErrNotFound
+		return idemtype.Record{}, ErrNotFound
 	}
 	if err != nil {
-		return Record{}, fmt.Errorf("idem: get %q: %w", key, err)
+		return idemtype.Record{}, fmt.Errorf("idem: get %q: %w", key, err)
 	}
-	return recordFrom(rec), nil
-}
-
-// ListFilter selects records for List. Zero values match everything.
-type ListFilter struct {
-	State State
-	Stale bool // in-progress records whose lease has ended
-	Scope string
-	Limit int // default 100
+	return rec, nil
 }
 
 // List returns records, most recently updated first, for operators.
-func (l *Ledger) List(ctx context.Context, f ListFilter) ([]Record, error) {
-	recs, err := l.drv.List(ctx, driver.ListFilter{State: driver.State(f.State), Stale: f.Stale, Scope: f.Scope, Limit: f.Limit})
+func (l *Ledger) List(ctx context.Context, f idemtype.ListFilter) ([]idemtype.Record, error) {
+	recs, err := l.drv.List(ctx, f)
 	if err != nil {
 		return nil, fmt.Errorf("idem: list: %w", err)
 	}
-	out := make([]Record, len(recs))
-	for i, r := range recs {
-		out[i] = recordFrom(r)
-	}
-	return out, nil
+	return recs, nil
 }
 
 // Resolution is an operator's decision about a parked or stuck record.
 type Resolution struct {
-	// As is StateSucceeded, StateFailed (Result stored and replayed) or
-	// StateReleased (the next claim runs it again).
-	As     State
+	// As is idemtype.StateSucceeded, idemtype.StateFailed (Result stored and
+	// replayed) or
+	// idemtype.StateReleased (the next claim runs it again).
+	As     idemtype.State
 	Result Result
 	// Force resolves an in-progress record under a live lease. Its holder
 	// is fenced out: its own completion will fail with ErrLeaseLost.
@@ -63,7 +53,7 @@ type Resolution struct {
 // Resolve applies an operator's decision to a parked record, or to an
 // in-progress one whose lease ended. An in-progress record under a live
 // lease is refused with ErrLiveLease unless r.Force.
-func (l *Ledger) Resolve(ctx context.Context, scope, key string, r Resolution) (Record, error) {
+func (l *Ledger) Resolve(ctx context.Context, scope, key string, r Resolution) (idemtype.Record, error) {
 	start := time.Now()
 	rec, err := l.resolve(ctx, scope, key, r)
 	l.observe(ctx, Event{Kind: EventResolve, Op: Op{Scope: scope, Key: key, Fingerprint: rec.Fingerprint},
@@ -71,29 +61,29 @@ func (l *Ledger) Resolve(ctx context.Context, scope, key string, r Resolution) (
 	return rec, err
 }
 
-func (l *Ledger) resolve(ctx context.Context, scope, key string, r Resolution) (Record, error) {
+func (l *Ledger) resolve(ctx context.Context, scope, key string, r Resolution) (idemtype.Record, error) {
 	switch r.As {
-	case StateSucceeded, StateFailed, StateReleased:
+	case idemtype.StateSucceeded, idemtype.StateFailed, idemtype.StateReleased:
 	default:
-		return Record{}, &InputError{Field: "as", Reason: fmt.Sprintf("%q: want succeeded, failed or released", r.As)}
+		return idemtype.Record{}, &InputError{Field: "as", Reason: fmt.Sprintf("%q: want succeeded, failed or released", r.As)}
 	}
 	rec, err := l.drv.Resolve(ctx, driver.ResolveParams{
-		Scope: scope, Key: key, State: driver.State(r.As),
+		Scope: scope, Key: key, State: r.As,
 		Status: r.Result.Status, Meta: r.Result.Meta, Body: r.Result.Body, Force: r.Force,
 	})
 	if errors.Is(err, driver.ErrFenced) {
 		cur, gerr := l.Get(ctx, scope, key)
 		switch {
 		case gerr != nil:
-			return Record{}, gerr
-		case cur.State == StateInProgress && !cur.Stale():
+			return idemtype.Record{}, gerr
+		case cur.State == idemtype.StateInProgress && !cur.Stale():
 			return cur, fmt.Errorf("resolve %q: %w (until %s); use force to override", key, ErrLiveLease, cur.LeaseUntil.UTC().Format("15:04:05.000"))
 		default:
 			return cur, fmt.Errorf("idem: resolve %q: record is %s, not parked or in progress", key, cur.State)
 		}
 	}
 	if err != nil {
-		return Record{}, fmt.Errorf("idem: resolve %q: %w", key, err)
+		return idemtype.Record{}, fmt.Errorf("idem: resolve %q: %w", key, err)
 	}
-	return recordFrom(rec), nil
+	return rec, nil
 }

@@ -20,9 +20,9 @@ const (
 	Mismatch
 	// Parked: the outcome is unknown and waits for an operator.
 	Parked
-	// Expired: the key finished and its retention ended; its tombstone
+	// expired: the key finished and its retention ended; its tombstone
 	// remains. Claim reports it as an ErrExpired error, not as an outcome.
-	Expired
+	expired
 )
 
 var outcomeNames = [...]string{"", "acquired", "reclaimed", "replay", "in_flight", "mismatch", "parked", "expired"}

@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/idemdev/idem/idemtype"
 )
 
 // PruneOptions bounds a Prune. Nil means defaults.
@@ -19,9 +21,8 @@ type PruneOptions struct {
 
 // PruneStats totals what a Prune changed.
 type PruneStats struct {
-	Tombstoned int // completed records past retention turned into tombstones
-	Deleted    int // tombstones past their window, and old released keys
-	Batches    int
+	idemtype.PruneCounts
+	Batches int
 }
 
 // Prune runs the retention sweep in bounded batches: completed records past

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/idemdev/idem/driver"
+	"github.com/idemdev/idem/idemtype"
 )
 
 // PruneCount reports, without writing, what Prune run until done would
@@ -12,14 +13,14 @@ import (
 // delete (a completed record already past its tombstone window counts in
 // both, as Prune tombstones and then deletes it). Batches is 0. Time moves
 // on between a count and a real prune, so the real totals may be larger.
-func (l *Ledger) PruneCount(ctx context.Context) (PruneStats, error) {
+func (l *Ledger) PruneCount(ctx context.Context) (idemtype.PruneCounts, error) {
 	cn, ok := l.drv.(driver.Counter)
 	if !ok {
-		return PruneStats{}, ErrNoCount
+		return idemtype.PruneCounts{}, ErrNoCount
 	}
 	r, err := cn.CountPrunable(ctx)
 	if err != nil {
-		return PruneStats{}, fmt.Errorf("idem: prune count: %w", err)
+		return idemtype.PruneCounts{}, fmt.Errorf("idem: prune count: %w", err)
 	}
-	return PruneStats{Tombstoned: r.Tombstoned, Deleted: r.Deleted}, nil
+	return r, nil
 }

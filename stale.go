@@ -6,6 +6,7 @@ import (
 	"log/slog"
 
 	"github.com/idemdev/idem/driver"
+	"github.com/idemdev/idem/idemtype"
 )
 
 // StalePolicy decides what a claim does with an in-progress record whose
@@ -18,24 +19,24 @@ const (
 	// the operation again with the same key. Safe when the effect is local
 	// (it rolled back with the holder) or the downstream deduplicates on
 	// the forwarded key. The default.
-	Redo StalePolicy = iota + 1
-	// Reconcile reclaims the key, then asks the Reconciler what happened
+	StaleRedo StalePolicy = iota + 1
+	// StaleReconcile reclaims the key, then asks the Reconciler what happened
 	// downstream: done (the result is stored and replayed), not done (the
 	// caller runs it, Outcome Reclaimed) or unknown (parked).
-	Reconcile
+	StaleReconcile
 	// Park moves the record to parked: nobody runs it again until an
 	// operator (idem reconcile) or a reconciler decides.
-	Park
+	StalePark
 )
 
 // String names the policy.
 func (p StalePolicy) String() string {
 	switch p {
-	case Redo:
+	case StaleRedo:
 		return "redo"
-	case Reconcile:
+	case StaleReconcile:
 		return "reconcile"
-	case Park:
+	case StalePark:
 		return "park"
 	}
 	return "default"
@@ -45,26 +46,26 @@ func (p StalePolicy) String() string {
 type Verdict int
 
 const (
-	// Unknown: the downstream cannot tell. The claim is parked. The zero
+	// VerdictUnknown: the downstream cannot tell. The claim is parked. The zero
 	// value, so a reconciler that says nothing never causes a redo.
-	Unknown Verdict = iota
-	// Done: the effect happened; the Result given is stored and replayed.
-	Done
-	// FailedDone: the operation ran and failed permanently; the Result is
+	VerdictUnknown Verdict = iota
+	// VerdictDone: the effect happened; the Result given is stored and replayed.
+	VerdictDone
+	// VerdictFailed: the operation ran and failed permanently; the Result is
 	// stored as a failure and replayed.
-	FailedDone
-	// NotDone: the effect certainly did not happen; the caller runs it.
-	NotDone
+	VerdictFailed
+	// VerdictNotDone: the effect certainly did not happen; the caller runs it.
+	VerdictNotDone
 )
 
 // String names the verdict.
 func (v Verdict) String() string {
 	switch v {
-	case Done:
+	case VerdictDone:
 		return "done"
-	case FailedDone:
+	case VerdictFailed:
 		return "failed"
-	case NotDone:
+	case VerdictNotDone:
 		return "not_done"
 	}
 	return "unknown"
@@ -74,11 +75,11 @@ func (v Verdict) String() string {
 // holder vanished. It runs while the caller holds a fresh claim on the key,
 // so no one else acts on it meanwhile. An error leaves the claim to expire,
 // after which the next claim asks again.
-type Reconciler func(ctx context.Context, rec Record) (Verdict, Result, error)
+type Reconciler func(ctx context.Context, rec idemtype.Record) (Verdict, Result, error)
 
 // reconcileStale asks the reconciler about a reclaimed key and records its
 // answer with the new token.
-func (l *Ledger) reconcileStale(ctx context.Context, q driver.Querier, c *Claim) (*Claim, error) {
+func (l *Ledger) reconcileStale(ctx context.Context, ex driver.Executor, c *Claim) (*Claim, error) {
 	v, res, err := l.reconcile(ctx, c.Record)
 	l.observe(ctx, Event{Kind: EventReconcile, Op: c.Op, Attempt: c.Token, Verdict: v, Err: err})
 	if err != nil {
@@ -86,26 +87,26 @@ func (l *Ledger) reconcileStale(ctx context.Context, q driver.Querier, c *Claim)
 	}
 	l.logOp(ctx, slog.LevelInfo, "stale claim reconciled", c.Op, c.Token, slog.String("verdict", v.String()))
 	switch v {
-	case NotDone:
+	case VerdictNotDone:
 		return c, nil
-	case Done, FailedDone:
-		st := StateSucceeded
-		if v == FailedDone {
-			st = StateFailed
+	case VerdictDone, VerdictFailed:
+		st := idemtype.StateSucceeded
+		if v == VerdictFailed {
+			st = idemtype.StateFailed
 		}
-		if err := l.finish(ctx, q, c, st, res); err != nil {
+		if err := l.finish(ctx, ex, c, st, res); err != nil {
 			return nil, err
 		}
 		res.Replayed = true
 		// The record as stored now: Do tells a stored failure by its state.
-		c.Record.State, c.Record.Result = st, Result{Status: res.Status, Meta: res.Meta, Body: res.Body}
+		c.Record.State, c.Record.Status, c.Record.Meta, c.Record.Body = st, res.Status, res.Meta, res.Body
 		return &Claim{Outcome: Replay, Op: c.Op, Record: c.Record, Result: res}, nil
 	default:
-		if err := l.finish(ctx, q, c, StateParked, Result{}); err != nil {
+		if err := l.finish(ctx, ex, c, idemtype.StateParked, Result{}); err != nil {
 			return nil, err
 		}
 		l.logOp(ctx, slog.LevelWarn, "stale claim parked: outcome unknown", c.Op, c.Token)
-		c.Record.State = StateParked
+		c.Record.State = idemtype.StateParked
 		return &Claim{Outcome: Parked, Op: c.Op, Record: c.Record}, nil
 	}
 }

@@ -41,6 +41,7 @@ import (
 	"time"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/metrics"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -262,7 +263,7 @@ func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	// One indexed read on the read path: on SQLite a ping of the writer
 	// would wait behind any long write and report a busy ledger as down.
-	if _, err := s.l.List(ctx, idem.ListFilter{Limit: 1}); err != nil {
+	if _, err := s.l.List(ctx, idemtype.ListFilter{Limit: 1}); err != nil {
 		http.Error(w, "database unreachable", http.StatusServiceUnavailable)
 		return
 	}

@@ -18,6 +18,8 @@ import (
 
 	"github.com/idemdev/idem"
 	"github.com/idemdev/idem/admin"
+	"github.com/idemdev/idem/dburl"
+	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/metrics"
 )
 
@@ -43,7 +45,7 @@ func seed(t *testing.T) fixture {
 	f := fixture{url: "sqlite:" + filepath.Join(t.TempDir(), "idem.db"), m: metrics.New("sqlite")}
 	quiet := slog.New(slog.DiscardHandler)
 
-	past, err := idem.Open(ctx, f.url, &idem.Options{Logger: quiet, Clock: func() time.Time { return time.Now().Add(-time.Hour) }})
+	past, err := dburl.Open(ctx, f.url, &idem.Options{Logger: quiet, Clock: func() time.Time { return time.Now().Add(-time.Hour) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +54,7 @@ func seed(t *testing.T) fixture {
 	}
 	past.Close()
 
-	l, err := idem.Open(ctx, f.url, &idem.Options{Logger: quiet, Observer: f.m.Observer()})
+	l, err := dburl.Open(ctx, f.url, &idem.Options{Logger: quiet, Observer: f.m.Observer()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +206,7 @@ func post(t *testing.T, c *http.Client, u string, form url.Values, hdr ...string
 	return resp.StatusCode, string(b), resp.Header
 }
 
-func state(t *testing.T, f fixture, scope, key string) idem.State {
+func state(t *testing.T, f fixture, scope, key string) idemtype.State {
 	t.Helper()
 	r, err := f.l.Get(context.Background(), scope, key)
 	if err != nil {
@@ -221,7 +223,7 @@ func TestReadOnlyRefusesPost(t *testing.T) {
 	if code != http.StatusForbidden || !strings.Contains(body, "read-only") {
 		t.Errorf("POST on a read-only page: %d %s", code, body)
 	}
-	if s := state(t, f, "", "parked-1"); s != idem.StateParked {
+	if s := state(t, f, "", "parked-1"); s != idemtype.StateParked {
 		t.Errorf("record changed to %s", s)
 	}
 }
@@ -243,7 +245,7 @@ func TestReconcileInWriteMode(t *testing.T) {
 		t.Errorf("after reconcile the page does not show the resolved record")
 	}
 	r, _ := f.l.Get(context.Background(), "", "parked-1")
-	if r.State != idem.StateSucceeded || r.Result.Status != 201 || string(r.Result.Body) != `{"id":"ch_7"}` {
+	if r.State != idemtype.StateSucceeded || r.Status != 201 || string(r.Body) != `{"id":"ch_7"}` {
 		t.Errorf("record: %+v", r)
 	}
 	if v := f.m.Totals().Reconciliations; v != 1 {
@@ -257,7 +259,7 @@ func TestReconcileInWriteMode(t *testing.T) {
 		t.Errorf("live lease: %d", code)
 	}
 	form.Set("force", "on")
-	if code, _, _ = post(t, c, srv.URL+"/reconcile", form); code != http.StatusSeeOther || state(t, f, "", "live-1") != idem.StateReleased {
+	if code, _, _ = post(t, c, srv.URL+"/reconcile", form); code != http.StatusSeeOther || state(t, f, "", "live-1") != idemtype.StateReleased {
 		t.Errorf("forced: %d, state %s", code, state(t, f, "", "live-1"))
 	}
 	// A finished record is never changed.
@@ -288,7 +290,7 @@ func TestReconcileNeedsTheFormTokenAndSameOrigin(t *testing.T) {
 	if code, _, _ := post(t, c, srv.URL+"/reconcile", form, "Origin", "https://evil.example"); code != http.StatusForbidden {
 		t.Errorf("foreign origin: %d", code)
 	}
-	if s := state(t, f, "", "parked-1"); s != idem.StateParked {
+	if s := state(t, f, "", "parked-1"); s != idemtype.StateParked {
 		t.Fatalf("a refused POST changed the record: %s", s)
 	}
 }

@@ -10,8 +10,8 @@ import (
 
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
-	"github.com/idemdev/idem"
 	"github.com/idemdev/idem/admin"
+	"github.com/idemdev/idem/idemtype"
 )
 
 const chromiumPath = "/usr/bin/chromium"
@@ -144,8 +144,8 @@ func TestBrowserShowsThePageAndReconciles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.State != idem.StateSucceeded || r.Result.Status != 201 || string(r.Result.Body) != `{"id":"ch_browser"}` {
-		t.Errorf("record after reconcile: %s %d %q", r.State, r.Result.Status, r.Result.Body)
+	if r.State != idemtype.StateSucceeded || r.Status != 201 || string(r.Body) != `{"id":"ch_browser"}` {
+		t.Errorf("record after reconcile: %s %d %q", r.State, r.Status, r.Body)
 	}
 
 	left := text("count-parked")

@@ -31,7 +31,7 @@ func killJob(t *testing.T, f fixture, key, errText string) int64 {
 		t.Fatalf("claim: %v %v", rows, err)
 	}
 	fence := driver.JobFence{ID: rows[0].ID, Attempt: rows[0].Attempt, LeaseID: rows[0].LeaseID}
-	if err := drv.FinishJob(ctx, nil, driver.FinishJobParams{JobFence: fence, State: driver.JobDead, Error: errText}); err != nil {
+	if err := drv.FinishJob(ctx, driver.Shared, driver.FinishJobParams{JobFence: fence, State: driver.JobDead, Error: errText}); err != nil {
 		t.Fatal(err)
 	}
 	return r.Job.ID

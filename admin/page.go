@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/metrics"
 )
 
@@ -34,7 +35,7 @@ type page struct {
 	Error    string // an action that failed
 	Resolved bool   // the searched record was just resolved
 
-	Counts   *idem.Counts
+	Counts   *idemtype.OpenCounts
 	CountErr string
 	Totals   *metrics.Totals
 	Chart    *chart
@@ -61,7 +62,7 @@ type search struct {
 
 // row is a record as the page shows it.
 type row struct {
-	idem.Record
+	idemtype.Record
 	Note      string
 	Live      bool // in progress under a live lease: reconcile needs force
 	CanSettle bool // parked or in progress: the reconcile form applies
@@ -70,11 +71,11 @@ type row struct {
 	BodyBin   bool
 }
 
-func newRow(r idem.Record) row {
+func newRow(r idemtype.Record) row {
 	out := row{Record: r, Note: note(r)}
-	out.Live = r.State == idem.StateInProgress && !r.Stale()
-	out.CanSettle = r.State == idem.StateParked || r.State == idem.StateInProgress
-	if b := r.Result.Body; len(b) > 0 {
+	out.Live = r.State == idemtype.StateInProgress && !r.Stale()
+	out.CanSettle = r.State == idemtype.StateParked || r.State == idemtype.StateInProgress
+	if b := r.Body; len(b) > 0 {
 		p := b
 		if len(p) > previewBytes {
 			cut := previewBytes
@@ -92,23 +93,23 @@ func newRow(r idem.Record) row {
 	return out
 }
 
-func note(r idem.Record) string {
+func note(r idemtype.Record) string {
 	switch r.State {
-	case idem.StateInProgress:
+	case idemtype.StateInProgress:
 		if r.Stale() {
 			return "stale: lease ended " + since(r.LeaseUntil, r.Now)
 		}
 		return "lease ends " + since(r.LeaseUntil, r.Now)
-	case idem.StateSucceeded, idem.StateFailed:
+	case idemtype.StateSucceeded, idemtype.StateFailed:
 		if r.ExpiresAt.After(r.Now) {
 			return "replayed until " + stamp(r.ExpiresAt)
 		}
 		return "retention ended; prune makes it a tombstone"
-	case idem.StateTombstone:
+	case idemtype.StateTombstone:
 		return "late retries refused until " + stamp(r.TombstoneUntil)
-	case idem.StateParked:
+	case idemtype.StateParked:
 		return "outcome unknown: waits for an operator"
-	case idem.StateReleased:
+	case idemtype.StateReleased:
 		return "free: the next claim runs it"
 	}
 	return ""
@@ -213,8 +214,8 @@ func (s *server) build(w http.ResponseWriter, r *http.Request, scope, key string
 		p.Totals = &t
 		p.Chart = newChart(m.History(), m.HistoryStep())
 	}
-	p.Parked, p.ParkedErr = s.list(ctx, idem.ListFilter{State: idem.StateParked, Limit: s.o.ListLimit})
-	p.Stale, p.StaleErr = s.list(ctx, idem.ListFilter{Stale: true, Limit: s.o.ListLimit})
+	p.Parked, p.ParkedErr = s.list(ctx, idemtype.ListFilter{State: idemtype.StateParked, Limit: s.o.ListLimit})
+	p.Stale, p.StaleErr = s.list(ctx, idemtype.ListFilter{Stale: true, Limit: s.o.ListLimit})
 	if s.o.DeadJobs != nil {
 		p.Jobs.Configured = true
 		jobs, err := s.o.DeadJobs(ctx, s.o.ListLimit)
@@ -237,7 +238,7 @@ func (s *server) build(w http.ResponseWriter, r *http.Request, scope, key string
 	return p
 }
 
-func (s *server) list(ctx context.Context, f idem.ListFilter) ([]row, string) {
+func (s *server) list(ctx context.Context, f idemtype.ListFilter) ([]row, string) {
 	recs, err := s.l.List(ctx, f)
 	if err != nil {
 		return nil, err.Error()
@@ -272,14 +273,14 @@ func (s *server) reconcile(w http.ResponseWriter, r *http.Request) {
 		p.Error = msg
 		s.render(w, status, "index.html", p)
 	}
-	var as idem.State
+	var as idemtype.State
 	switch r.PostForm.Get("as") {
 	case "succeeded":
-		as = idem.StateSucceeded
+		as = idemtype.StateSucceeded
 	case "failed":
-		as = idem.StateFailed
+		as = idemtype.StateFailed
 	case "release":
-		as = idem.StateReleased
+		as = idemtype.StateReleased
 	default:
 		fail(http.StatusBadRequest, "choose succeeded, failed or release")
 		return
@@ -294,7 +295,7 @@ func (s *server) reconcile(w http.ResponseWriter, r *http.Request) {
 		status = n
 	}
 	body := []byte(r.PostForm.Get("body"))
-	if as == idem.StateReleased && (status != 0 || len(body) > 0) {
+	if as == idemtype.StateReleased && (status != 0 || len(body) > 0) {
 		fail(http.StatusBadRequest, "release stores no result: leave status and body empty")
 		return
 	}

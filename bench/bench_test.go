@@ -8,8 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemdev/idem"
-	"github.com/idemdev/idem/driver"
+	"github.com/idemdev/idem/dburl"
 	"github.com/idemdev/idem/internal/pgtest"
 )
 
@@ -79,7 +78,7 @@ func TestRunSharedPostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkRows(t, res, 4)
-	drv, err := idem.OpenDriver(t.Context(), url, driver.Config{NoMigrate: true})
+	drv, err := dburl.OpenDriver(t.Context(), url)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/dburl"
 	"github.com/idemdev/idem/jobs"
 )
 
@@ -156,7 +157,7 @@ func (r *runner) openQueue(ctx context.Context) (l *idem.Ledger, queue string, d
 	if err != nil {
 		return nil, "", nil, err
 	}
-	if l, err = idem.Open(ctx, url, &idem.Options{Logger: quiet}); err != nil {
+	if l, err = dburl.Open(ctx, url, &idem.Options{Logger: quiet}); err != nil {
 		return nil, "", nil, err
 	}
 	queue = r.queueName()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/dburl"
 )
 
 // body is the result every benchmark operation stores: a small JSON answer.
@@ -115,7 +116,7 @@ func (r *runner) openLedger(ctx context.Context, opts *idem.Options) (l *idem.Le
 		o = *opts
 	}
 	o.Logger = quiet
-	if l, err = idem.Open(ctx, url, &o); err != nil {
+	if l, err = dburl.Open(ctx, url, &o); err != nil {
 		return nil, "", nil, err
 	}
 	scope = name("bench")

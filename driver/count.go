@@ -1,13 +1,10 @@
 package driver
 
-import "context"
+import (
+	"context"
 
-// OpenCounts is how many records need watching, by the database clock.
-type OpenCounts struct {
-	InProgress int64 // in progress, live or stale
-	Stale      int64 // in progress with the lease ended (a subset of InProgress)
-	Parked     int64
-}
+	"github.com/idemdev/idem/idemtype"
+)
 
 // Counter is the read-only counting a driver offers to gauges (idem's
 // metrics) and to prune dry runs. It never writes and never waits for a
@@ -17,11 +14,11 @@ type Counter interface {
 	// stops at limit (limit <= 0: no limit), so that a scrape stays cheap
 	// on a ledger with millions of stuck rows; a count equal to limit means
 	// "at least limit".
-	CountOpen(ctx context.Context, limit int) (OpenCounts, error)
+	CountOpen(ctx context.Context, limit int) (idemtype.OpenCounts, error)
 	// CountPrunable counts what Prune, called in batches until it is done,
 	// would change if it ran now: completed records past retention it would
 	// tombstone, and rows it would delete (tombstones past their window,
 	// completed records past their window that go straight through, and
 	// long-released rows).
-	CountPrunable(ctx context.Context) (PruneResult, error)
+	CountPrunable(ctx context.Context) (idemtype.PruneCounts, error)
 }

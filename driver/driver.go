@@ -3,8 +3,11 @@
 // interfaces here; the packages below (driver/sqlite, driver/postgres) hold
 // every line of SQL.
 //
-// This package is internal-stable only: it may change in any release. Users
-// open a ledger with idem.Open and never call a driver directly.
+// Users meet a driver only as a value made from their own database handle
+// (postgres.New(pool), sqlite.New(db)) and handed to idem.New; they never
+// call its methods. A driver written outside this module implements
+// Driver and proves itself with driver/drivertest. The interfaces may
+// still change between minor releases.
 //
 // Every method that writes is a single atomic step: it either happens
 // entirely or not at all. A method that returns an error other than the
@@ -18,6 +21,8 @@ import (
 	"database/sql"
 	"errors"
 	"time"
+
+	"github.com/idemdev/idem/idemtype"
 )
 
 // Sentinel errors every driver returns unwrapped or wrapped.
@@ -32,68 +37,13 @@ var (
 	ErrConflict = errors.New("driver: record changed concurrently")
 )
 
-// State is the lifecycle state of a ledger record, as stored.
-type State string
-
-// The states a record can be in. "Released" is the stored form of the
-// design's "(none)": the key is free, but the row stays so that the fencing
-// token keeps growing.
-const (
-	StateInProgress State = "in_progress"
-	StateSucceeded  State = "succeeded"
-	StateFailed     State = "failed"
-	StateReleased   State = "released"
-	StateParked     State = "parked"
-	StateTombstone  State = "tombstone"
-)
-
-// Record is one row of the ledger: one (scope, key).
-type Record struct {
-	Scope       string
-	Key         string
-	Fingerprint string
-	State       State
-	// Attempt is the fencing token: it grows by one with every claim that
-	// takes the key (acquire after release, reclaim) and never goes back.
-	Attempt int64
-	// LeaseID is a random number drawn by each claim. Fenced writes check it
-	// together with Attempt, so a token can never be confused with one issued
-	// for an earlier incarnation of a pruned row.
-	LeaseID        int64
-	LeaseUntil     time.Time
-	Retention      time.Duration
-	TombstoneTTL   time.Duration
-	CreatedAt      time.Time
-	UpdatedAt      time.Time
-	CompletedAt    time.Time // zero until succeeded or failed
-	ExpiresAt      time.Time // end of retention; zero until succeeded or failed
-	TombstoneUntil time.Time // zero until succeeded or failed
-	Status         int
-	Meta           []byte
-	Body           []byte
-	// Now is the database clock at the statement that read the record. All
-	// lease and retention decisions compare against it, never a worker clock.
-	Now time.Time
-}
-
-// Querier is what *sql.DB and *sql.Tx have in common. Methods that accept a
-// Querier run inside the caller's transaction when given one.
-type Querier interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
-// Config is what the ledger hands every driver.
+// Config is what the ledger hands its driver at Setup.
 type Config struct {
 	// Now, when set, replaces the database clock. Tests use it to move time;
 	// production leaves it nil so that every lease comes from one clock.
 	Now func() time.Time
-	// NoMigrate skips applying migrations on open.
+	// NoMigrate skips applying migrations at Setup.
 	NoMigrate bool
-	// SyncNormal lowers SQLite's durability from synchronous=FULL to NORMAL:
-	// a killed process loses nothing, a power cut may lose recent commits.
-	SyncNormal bool
 	// MaxBatch bounds group commit: concurrent ledger writes that do not
 	// join a caller's transaction (claims, takeovers, heartbeats, finishes)
 	// are gathered, at most MaxBatch at a time, and committed in one
@@ -115,9 +65,9 @@ type ClaimParams struct {
 // Created is the record a Claim inserted for p, built from what the insert
 // computed (the lease's end and the statement's clock) instead of being
 // read back.
-func (p ClaimParams) Created(leaseUntil, now time.Time) Record {
-	return Record{
-		Scope: p.Scope, Key: p.Key, Fingerprint: p.Fingerprint, State: StateInProgress,
+func (p ClaimParams) Created(leaseUntil, now time.Time) idemtype.Record {
+	return idemtype.Record{
+		Scope: p.Scope, Key: p.Key, Fingerprint: p.Fingerprint, State: idemtype.StateInProgress,
 		Attempt: 1, LeaseID: p.LeaseID, LeaseUntil: leaseUntil,
 		Retention:    p.Retention.Truncate(time.Millisecond), // stored in milliseconds
 		TombstoneTTL: p.TombstoneTTL.Truncate(time.Millisecond),
@@ -131,7 +81,7 @@ func (p ClaimParams) Created(leaseUntil, now time.Time) Record {
 // (State, Attempt): if the record changed, ErrConflict.
 type TakeoverParams struct {
 	ClaimParams
-	FromState   State
+	FromState   idemtype.State
 	FromAttempt int64
 	// Park, when true, moves a stale in-progress record to parked (attempt
 	// unchanged) instead of handing it to the caller.
@@ -151,7 +101,7 @@ type Fence struct {
 // released (no result, key free), or parked (outcome unknown).
 type FinishParams struct {
 	Fence
-	State  State
+	State  idemtype.State
 	Status int
 	Meta   []byte
 	Body   []byte
@@ -160,7 +110,7 @@ type FinishParams struct {
 // ResolveParams is an operator's decision about a parked or stuck record.
 type ResolveParams struct {
 	Scope, Key string
-	State      State // succeeded, failed or released
+	State      idemtype.State // succeeded, failed or released
 	Status     int
 	Meta       []byte
 	Body       []byte
@@ -168,66 +118,67 @@ type ResolveParams struct {
 	Force bool
 }
 
-// PruneResult counts what one prune batch changed.
-type PruneResult struct {
-	Tombstoned int // completed records past retention whose result was dropped
-	Deleted    int // tombstones past their window, and long-released rows
-}
-
-// ListFilter selects records for operators. Zero values match everything.
-type ListFilter struct {
-	State State
-	// Stale selects in-progress records whose lease has ended.
-	Stale bool
-	Scope string
-	Limit int
-}
-
-// Ledger is what a database must implement for the claim ledger.
+// Ledger is what a database must implement for the claim ledger. Methods
+// that may join a caller's transaction take an Executor: Shared for the
+// driver's own connections (writes group-committed), or one that
+// Driver.Executor made from the caller's transaction.
 type Ledger interface {
 	// Claim inserts a new in-progress record with attempt 1, or returns the
 	// existing one untouched. created says which. ErrConflict means the
 	// existing row vanished between the two steps; the caller tries again.
-	// With a non-nil q it runs inside the caller's transaction.
-	Claim(ctx context.Context, q Querier, p ClaimParams) (rec Record, created bool, err error)
+	Claim(ctx context.Context, ex Executor, p ClaimParams) (rec idemtype.Record, created bool, err error)
 	// Takeover hands a free record to a new holder with attempt+1, or parks
-	// it. See TakeoverParams. With a non-nil q it runs inside the caller's
-	// transaction.
-	Takeover(ctx context.Context, q Querier, p TakeoverParams) (Record, error)
+	// it. See TakeoverParams.
+	Takeover(ctx context.Context, ex Executor, p TakeoverParams) (idemtype.Record, error)
 	// Heartbeat extends a held lease to now+lease. ErrFenced if not held.
 	Heartbeat(ctx context.Context, f Fence, lease time.Duration) (time.Time, error)
-	// Finish ends a held claim. With a non-nil q it runs inside the caller's
-	// transaction, so the caller's effect and the done mark commit together.
-	// ErrFenced if the claim is no longer held; nothing is written then.
-	Finish(ctx context.Context, q Querier, p FinishParams) error
+	// Finish ends a held claim; inside a caller's transaction the caller's
+	// effect and the done mark commit together. ErrFenced if the claim is
+	// no longer held; nothing is written then.
+	Finish(ctx context.Context, ex Executor, p FinishParams) error
 	// Get reads one record. ErrNotFound if there is none.
-	Get(ctx context.Context, scope, key string) (Record, error)
+	Get(ctx context.Context, scope, key string) (idemtype.Record, error)
 	// Resolve applies an operator's decision to a parked record, or to an
 	// in-progress one whose lease ended (or any in-progress one with Force).
 	// ErrFenced if the record is in another state or under a live lease.
-	Resolve(ctx context.Context, p ResolveParams) (Record, error)
+	Resolve(ctx context.Context, p ResolveParams) (idemtype.Record, error)
 	// Prune runs one bounded batch of the retention sweep. It never touches
 	// an in-progress or parked record.
-	Prune(ctx context.Context, limit int) (PruneResult, error)
+	Prune(ctx context.Context, limit int) (idemtype.PruneCounts, error)
 	// List returns records for operators, most recently updated first.
-	List(ctx context.Context, f ListFilter) ([]Record, error)
+	List(ctx context.Context, f idemtype.ListFilter) ([]idemtype.Record, error)
 }
 
-// Driver is one open database.
+// Driver is one database, made from the application's handle.
 type Driver interface {
 	Ledger
 	Work // jobs, outbox and inbox (driver/jobs.go)
 	// Name is "sqlite" or "postgres".
 	Name() string
-	// DB is the pool that user transactions run on (Do, CompleteTx). On
-	// SQLite it is the single writer connection.
+	// Setup readies the database for the ledger: it checks the connection
+	// and the settings the driver depends on, applies the migrations
+	// (unless cfg.NoMigrate) and starts group commit. idem.New calls it
+	// once, before any other method.
+	Setup(ctx context.Context, cfg Config) error
+	// Executor adapts a caller's open transaction (*sql.Tx; pgx.Tx on the
+	// postgres driver) so that a method runs inside it. Any other type is
+	// an error naming the types the driver takes.
+	Executor(tx any) (Executor, error)
+	// DB is a database/sql handle on the driver's database: the
+	// application's pool, or a database/sql view of it.
 	DB() *sql.DB
+	// Begin begins a transaction for user code to write its effect in
+	// (Do). end must be called once the transaction has been committed or
+	// rolled back: on SQLite the transaction holds idem's writer until
+	// then, and has held SQLite's write lock from its start.
+	Begin(ctx context.Context) (tx *sql.Tx, end func(), err error)
 	// Migrations lists the embedded schema, in order.
 	Migrations() []Migration
 	// Migrate applies every migration not yet applied. Safe to run from
 	// several processes at once.
 	Migrate(ctx context.Context) error
-	// Close releases the pools.
+	// Close stops group commit. It closes the application's handle only
+	// when the driver opened it itself (a URL-based open).
 	Close() error
 }
 

@@ -2,7 +2,6 @@ package driver
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -153,11 +152,11 @@ type Jobs interface {
 	// unique key already taken, in which case rows[i] is the existing job.
 	// With a non-nil q it runs inside the caller's transaction; otherwise a
 	// batch is inserted in one transaction of its own.
-	EnqueueJobs(ctx context.Context, q Querier, jobs []JobInsert) (rows []JobRow, dup []bool, err error)
+	EnqueueJobs(ctx context.Context, ex Executor, jobs []JobInsert) (rows []JobRow, dup []bool, err error)
 	// NotifyJobs tells listening workers that the queues have new jobs; in
 	// the caller's transaction, the notice is sent when it commits. A no-op
 	// where the database cannot notify.
-	NotifyJobs(ctx context.Context, q Querier, queues []string) error
+	NotifyJobs(ctx context.Context, ex Executor, queues []string) error
 	// ListenJobs calls ready once it is listening, then wake with a queue
 	// name for each notice, until ctx ends or the connection fails. It
 	// returns errors.ErrUnsupported at once where the database cannot
@@ -176,7 +175,7 @@ type Jobs interface {
 	HeartbeatJob(ctx context.Context, f JobFence, lease time.Duration) (time.Time, error)
 	// FinishJob ends a held claim, inside the caller's transaction when q is
 	// not nil. ErrFenced if the claim is no longer held; nothing is written.
-	FinishJob(ctx context.Context, q Querier, p FinishJobParams) error
+	FinishJob(ctx context.Context, ex Executor, p FinishJobParams) error
 	// FinishJobs ends many claims in one transaction (group commit), each
 	// fenced on its own: fenced[i] reports that ps[i] changed nothing. An
 	// error means none, some or all may have been applied.
@@ -201,7 +200,7 @@ type Jobs interface {
 
 // ScanJobCounts reads (state, count) rows, as both drivers' CountJobs
 // queries return them, and closes rows.
-func ScanJobCounts(rows *sql.Rows) (map[JobState]int, error) {
+func ScanJobCounts(rows Rows) (map[JobState]int, error) {
 	defer rows.Close()
 	out := map[JobState]int{}
 	for rows.Next() {

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/dburl"
 	"github.com/idemdev/idem/gateway"
 )
 
@@ -19,7 +20,7 @@ import (
 func ExampleNew() {
 	dir, _ := os.MkdirTemp("", "gateway-example-")
 	defer os.RemoveAll(dir)
-	l, err := idem.Open(context.Background(), "sqlite:"+filepath.Join(dir, "idem.db"), &idem.Options{Logger: quiet})
+	l, err := dburl.Open(context.Background(), "sqlite:"+filepath.Join(dir, "idem.db"), &idem.Options{Logger: quiet})
 	if err != nil {
 		panic(err)
 	}

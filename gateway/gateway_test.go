@@ -17,8 +17,10 @@ import (
 	"time"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/dburl"
 	"github.com/idemdev/idem/gateway"
 	"github.com/idemdev/idem/idemhttp"
+	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/internal/pgtest"
 )
 
@@ -44,7 +46,7 @@ func openLedger(t testing.TB, driver string) *idem.Ledger {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	l, err := idem.Open(ctx, u, &idem.Options{Logger: quiet})
+	l, err := dburl.Open(ctx, u, &idem.Options{Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +211,7 @@ func TestUpstreamRefused(t *testing.T) {
 		gw := newGateway(t, l, "http://"+addr, nil)
 		wantProblem(t, post(t, gw, `{}`, "Idempotency-Key: k"), 502, idemhttp.ProblemUpstreamDown)
 		rec, err := l.Get(context.Background(), "", "k")
-		if err != nil || rec.State != idem.StateReleased {
+		if err != nil || rec.State != idemtype.StateReleased {
 			t.Fatalf("record after 502: %v %v, want released", rec.State, err)
 		}
 		ln, err = net.Listen("tcp", addr)
@@ -265,7 +267,7 @@ func TestUpstreamDrops(t *testing.T) {
 		gw := newGateway(t, l, serveQuiet(t, up).URL, &gateway.Config{Options: &idemhttp.Options{Lease: time.Minute}})
 		wantProblem(t, post(t, gw, `{}`, "Idempotency-Key: k"), 504, idemhttp.ProblemUpstreamUnknown)
 		rec, _ := l.Get(context.Background(), "", "k")
-		if rec.State != idem.StateInProgress {
+		if rec.State != idemtype.StateInProgress {
 			t.Fatalf("record is %s, want in_progress until its lease ends", rec.State)
 		}
 	})
@@ -371,7 +373,7 @@ func TestBodyLimitsAndBadKeys(t *testing.T) {
 		if len(up.seen) != 0 {
 			t.Fatalf("rejected requests reached the upstream: %v", up.seen)
 		}
-		if recs, _ := l.List(context.Background(), idem.ListFilter{}); len(recs) != 0 {
+		if recs, _ := l.List(context.Background(), idemtype.ListFilter{}); len(recs) != 0 {
 			t.Fatalf("rejected requests left %d records", len(recs))
 		}
 		// Unguarded methods go through untouched.

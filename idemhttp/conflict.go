@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/idemtype"
 )
 
 // waitable reports whether a claim that found the key in flight should
@@ -38,7 +39,7 @@ func (g *guard) waitFor(ctx context.Context, op idem.Op, deadline time.Time) boo
 		switch {
 		case errors.Is(err, idem.ErrNotFound):
 			return true
-		case err == nil && (rec.State != idem.StateInProgress || rec.Stale()):
+		case err == nil && (rec.State != idemtype.StateInProgress || rec.Stale()):
 			return true
 		}
 		delay = min(2*delay, 250*time.Millisecond)
@@ -51,7 +52,7 @@ func (g *guard) answer(w http.ResponseWriter, r *http.Request, op idem.Op, c *id
 	if err != nil {
 		var ce *idem.ConflictError
 		switch {
-		case errors.As(err, &ce) && ce.Outcome == idem.Expired:
+		case errors.Is(err, idem.ErrExpired) && errors.As(err, &ce):
 			g.logOp(ctx, slog.LevelInfo, "retry of an expired key", op, ce.Record.Attempt)
 			WriteProblem(w, Problem{Type: ProblemKeyExpired, Title: "Idempotency key expired", Status: http.StatusGone,
 				Detail: fmt.Sprintf("A request with this key was handled on %s; its response is no longer kept. It will not be handled again; use a new key for a new request.",

@@ -2,7 +2,7 @@
 // documents them and the IETF draft "The Idempotency-Key HTTP Header
 // Field" specifies them, as net/http middleware on an idem.Ledger.
 //
-//	l, _ := idem.Open(ctx, "sqlite:idem.db", nil)
+//	l, _ := dburl.Open(ctx, "sqlite:idem.db", nil)
 //	mux.Handle("POST /charges", idemhttp.Middleware(l, nil)(charges))
 //
 // For a guarded request (POST and PATCH by default) carrying a key:

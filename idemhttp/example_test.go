@@ -11,12 +11,13 @@ import (
 	"strings"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/dburl"
 	"github.com/idemdev/idem/idemhttp"
 )
 
 func exampleLedger() (*idem.Ledger, func()) {
 	dir, _ := os.MkdirTemp("", "idemhttp-example-")
-	l, err := idem.Open(context.Background(), "sqlite:"+filepath.Join(dir, "idem.db"), &idem.Options{Logger: quiet})
+	l, err := dburl.Open(context.Background(), "sqlite:"+filepath.Join(dir, "idem.db"), &idem.Options{Logger: quiet})
 	if err != nil {
 		panic(err)
 	}

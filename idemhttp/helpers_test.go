@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/dburl"
 	"github.com/idemdev/idem/idemhttp"
+	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/internal/pgtest"
 )
 
@@ -43,7 +45,7 @@ func openLedger(t testing.TB, driver string) *idem.Ledger {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	l, err := idem.Open(ctx, url, &idem.Options{Logger: quiet})
+	l, err := dburl.Open(ctx, url, &idem.Options{Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,9 +161,9 @@ func wantProblem(t *testing.T, r reply, status int, typ string) {
 	}
 }
 
-func records(t *testing.T, l *idem.Ledger) []idem.Record {
+func records(t *testing.T, l *idem.Ledger) []idemtype.Record {
 	t.Helper()
-	recs, err := l.List(context.Background(), idem.ListFilter{})
+	recs, err := l.List(context.Background(), idemtype.ListFilter{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/dburl"
 	"github.com/idemdev/idem/inbox"
 )
 
@@ -18,7 +19,7 @@ func ExampleInbox_Process() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "idem-example-")
 	defer os.RemoveAll(dir)
-	l, err := idem.Open(ctx, "sqlite:"+filepath.Join(dir, "idem.db"), nil)
+	l, err := dburl.Open(ctx, "sqlite:"+filepath.Join(dir, "idem.db"), nil)
 	if err != nil {
 		panic(err)
 	}

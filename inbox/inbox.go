@@ -116,12 +116,13 @@ func (in *Inbox) Process(ctx context.Context, source, messageID string, payload 
 }
 
 func (in *Inbox) process(ctx context.Context, source, id, hash string, fn func(*sql.Tx) error) (bool, error) {
-	tx, err := in.drv.DB().BeginTx(ctx, nil)
+	tx, end, err := in.drv.Begin(ctx)
 	if err != nil {
 		return false, fmt.Errorf("inbox: begin: %w", err)
 	}
+	defer end()
 	defer tx.Rollback()
-	dup, err := in.record(ctx, tx, source, id, hash)
+	dup, err := in.record(ctx, driver.SQL(tx), source, id, hash)
 	if err != nil || dup {
 		return dup, err
 	}
@@ -139,22 +140,26 @@ func (in *Inbox) process(ctx context.Context, source, id, hash string, fn func(*
 // caller applies its effect with tx before committing; duplicate=true means
 // it was consumed before and the caller does nothing (and may roll back).
 // A different payload under a known id returns a *MismatchError.
-func (in *Inbox) RecordTx(ctx context.Context, tx *sql.Tx, source, messageID string, payload []byte) (duplicate bool, err error) {
+func (in *Inbox) RecordTx(ctx context.Context, tx idem.Tx, source, messageID string, payload []byte) (duplicate bool, err error) {
 	if tx == nil {
 		return false, &idem.InputError{Field: "tx", Reason: "must not be nil"}
+	}
+	ex, err := in.drv.Executor(tx)
+	if err != nil {
+		return false, &idem.InputError{Field: "tx", Reason: err.Error()}
 	}
 	if err := checkNames(source, messageID); err != nil {
 		return false, err
 	}
-	dup, err := in.record(ctx, tx, source, messageID, in.hash(payload))
+	dup, err := in.record(ctx, ex, source, messageID, in.hash(payload))
 	if errors.Is(err, driver.ErrConflict) {
 		return false, fmt.Errorf("inbox: message %q of %q: record vanished while being read; retry the transaction", messageID, source)
 	}
 	return dup, err
 }
 
-func (in *Inbox) record(ctx context.Context, tx *sql.Tx, source, id, hash string) (bool, error) {
-	dup, stored, err := in.drv.InboxRecord(ctx, tx, source, id, hash)
+func (in *Inbox) record(ctx context.Context, ex driver.Executor, source, id, hash string) (bool, error) {
+	dup, stored, err := in.drv.InboxRecord(ctx, ex, source, id, hash)
 	if err != nil {
 		if errors.Is(err, driver.ErrConflict) {
 			return false, err

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/dburl"
 	"github.com/idemdev/idem/driver/postgres"
 	"github.com/idemdev/idem/inbox"
 	"github.com/idemdev/idem/internal/pgtest"
@@ -46,7 +47,7 @@ func forEachDriver(t *testing.T, fn func(t *testing.T, e *env)) {
 
 func (e *env) open(t *testing.T) (*idem.Ledger, *inbox.Inbox) {
 	t.Helper()
-	l, err := idem.Open(context.Background(), e.url, &idem.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	l, err := dburl.Open(context.Background(), e.url, &idem.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

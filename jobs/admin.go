@@ -72,7 +72,7 @@ func (c *Client) Requeue(ctx context.Context, id int64) (*Record, error) {
 		return nil, c.adminErr("requeue", id, err)
 	}
 	c.cfg.Metrics.JobTransition(r.Queue, TransitionDead, TransitionAvailable)
-	c.announce(ctx, nil, []string{r.Queue}) // never fails outside a transaction
+	c.announce(ctx, driver.Shared, []string{r.Queue}) // never fails outside a transaction
 	return recordFrom(r), nil
 }
 

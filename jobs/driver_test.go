@@ -24,7 +24,7 @@ func TestDriverClaimRace(t *testing.T) {
 		for i := range ins {
 			ins[i] = driver.JobInsert{Queue: "q", Kind: "k", Args: []byte("{}"), MaxAttempts: 5}
 		}
-		if _, _, err := e.l.Driver().EnqueueJobs(ctx, nil, ins); err != nil {
+		if _, _, err := e.l.Driver().EnqueueJobs(ctx, driver.Shared, ins); err != nil {
 			t.Fatal(err)
 		}
 		var mu sync.Mutex
@@ -78,7 +78,7 @@ func TestDriverFinishJobsFencesEachRow(t *testing.T) {
 		for i := range ins {
 			ins[i] = driver.JobInsert{Queue: "q", Kind: "k", Args: []byte("{}"), MaxAttempts: 5}
 		}
-		if _, _, err := drv.EnqueueJobs(ctx, nil, ins); err != nil {
+		if _, _, err := drv.EnqueueJobs(ctx, driver.Shared, ins); err != nil {
 			t.Fatal(err)
 		}
 		lease := rand.Int64()
@@ -123,7 +123,7 @@ func TestDriverFinishJobsFencesEachRow(t *testing.T) {
 			t.Errorf("retried row: %+v", j)
 		}
 		// The same rules hold for the single, transactional form.
-		if err := drv.FinishJob(ctx, nil, driver.FinishJobParams{JobFence: fence(rows[0]), State: driver.JobCompleted}); !errors.Is(err, driver.ErrFenced) {
+		if err := drv.FinishJob(ctx, driver.Shared, driver.FinishJobParams{JobFence: fence(rows[0]), State: driver.JobCompleted}); !errors.Is(err, driver.ErrFenced) {
 			t.Errorf("finishing a completed job: %v, want ErrFenced", err)
 		}
 		if _, err := drv.HeartbeatJob(ctx, stale, time.Minute); !errors.Is(err, driver.ErrFenced) {
@@ -141,7 +141,7 @@ func TestDriverRescueExpiredLeases(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		drv := e.l.Driver()
-		if _, _, err := drv.EnqueueJobs(ctx, nil, []driver.JobInsert{
+		if _, _, err := drv.EnqueueJobs(ctx, driver.Shared, []driver.JobInsert{
 			{Queue: "q", Kind: "k", Args: []byte("{}"), MaxAttempts: 2},
 			{Queue: "q", Kind: "k", Args: []byte("{}"), MaxAttempts: 1},
 		}); err != nil {

@@ -3,10 +3,10 @@ package jobs
 import (
 	"cmp"
 	"context"
-	"database/sql"
 	"fmt"
 	"time"
 
+	"github.com/idemdev/idem"
 	"github.com/idemdev/idem/driver"
 )
 
@@ -50,7 +50,7 @@ type EnqueueResult struct {
 // other than a bad-input one, the job may or may not have been inserted:
 // retry with the same UniqueKey to find out without inserting twice.
 func (c *Client) Enqueue(ctx context.Context, args Args, opts *EnqueueOpts) (*EnqueueResult, error) {
-	res, err := c.enqueue(ctx, nil, []EnqueueParams{{Args: args, Opts: opts}})
+	res, err := c.enqueue(ctx, driver.Shared, []EnqueueParams{{Args: args, Opts: opts}})
 	if err != nil {
 		return nil, err
 	}
@@ -58,15 +58,18 @@ func (c *Client) Enqueue(ctx context.Context, args Args, opts *EnqueueOpts) (*En
 }
 
 // EnqueueTx inserts one job inside tx, so that it commits with the
-// caller's business write, or not at all. tx must come from DB(). On
+// caller's business write, or not at all. tx is the application's own
+// transaction (see idem.Tx: a *sql.Tx on any pool on the same database,
+// or a pgx.Tx on the postgres driver). On
 // PostgreSQL a concurrent enqueue with the same unique key waits for tx to
 // end, then returns the job tx inserted (or inserts its own if tx rolled
 // back).
-func (c *Client) EnqueueTx(ctx context.Context, tx *sql.Tx, args Args, opts *EnqueueOpts) (*EnqueueResult, error) {
-	if tx == nil {
-		return nil, inputErr("tx", "must not be nil")
+func (c *Client) EnqueueTx(ctx context.Context, tx idem.Tx, args Args, opts *EnqueueOpts) (*EnqueueResult, error) {
+	ex, err := c.executor(tx)
+	if err != nil {
+		return nil, err
 	}
-	res, err := c.enqueue(ctx, tx, []EnqueueParams{{Args: args, Opts: opts}})
+	res, err := c.enqueue(ctx, ex, []EnqueueParams{{Args: args, Opts: opts}})
 	if err != nil {
 		return nil, err
 	}
@@ -77,18 +80,31 @@ func (c *Client) EnqueueTx(ctx context.Context, tx *sql.Tx, args Args, opts *Enq
 // in the order of params; duplicates (also within the batch) are reported
 // per job.
 func (c *Client) EnqueueMany(ctx context.Context, params []EnqueueParams) ([]EnqueueResult, error) {
-	return c.enqueue(ctx, nil, params)
+	return c.enqueue(ctx, driver.Shared, params)
 }
 
 // EnqueueManyTx inserts a batch inside tx.
-func (c *Client) EnqueueManyTx(ctx context.Context, tx *sql.Tx, params []EnqueueParams) ([]EnqueueResult, error) {
+func (c *Client) EnqueueManyTx(ctx context.Context, tx idem.Tx, params []EnqueueParams) ([]EnqueueResult, error) {
+	ex, err := c.executor(tx)
+	if err != nil {
+		return nil, err
+	}
+	return c.enqueue(ctx, ex, params)
+}
+
+// executor adapts the caller's transaction for the driver.
+func (c *Client) executor(tx idem.Tx) (driver.Executor, error) {
 	if tx == nil {
 		return nil, inputErr("tx", "must not be nil")
 	}
-	return c.enqueue(ctx, tx, params)
+	ex, err := c.drv.Executor(tx)
+	if err != nil {
+		return nil, inputErr("tx", "%v", err)
+	}
+	return ex, nil
 }
 
-func (c *Client) enqueue(ctx context.Context, tx *sql.Tx, params []EnqueueParams) ([]EnqueueResult, error) {
+func (c *Client) enqueue(ctx context.Context, q driver.Executor, params []EnqueueParams) ([]EnqueueResult, error) {
 	if len(params) == 0 {
 		return nil, nil
 	}
@@ -102,10 +118,6 @@ func (c *Client) enqueue(ctx context.Context, tx *sql.Tx, params []EnqueueParams
 			return nil, err
 		}
 		ins[i] = j
-	}
-	var q driver.Querier
-	if tx != nil {
-		q = tx
 	}
 	rows, dup, err := c.drv.EnqueueJobs(ctx, q, ins)
 	if err != nil {

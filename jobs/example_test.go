@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/dburl"
 	"github.com/idemdev/idem/jobs"
 )
 
@@ -23,7 +24,7 @@ func Example() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "idem-example-")
 	defer os.RemoveAll(dir)
-	l, err := idem.Open(ctx, "sqlite:"+filepath.Join(dir, "idem.db"), &idem.Options{Logger: quietLogger()})
+	l, err := dburl.Open(ctx, "sqlite:"+filepath.Join(dir, "idem.db"), &idem.Options{Logger: quietLogger()})
 	if err != nil {
 		panic(err)
 	}

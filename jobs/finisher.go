@@ -43,7 +43,7 @@ func (f *finisher) finish(ctx context.Context, p driver.FinishJobParams) error {
 	case f.reqs <- req:
 		return <-req.reply
 	case <-f.stop:
-		return f.drv.FinishJob(ctx, nil, p)
+		return f.drv.FinishJob(ctx, driver.Shared, p)
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -79,7 +79,7 @@ func (f *finisher) run() {
 
 func (f *finisher) write(batch []finishReq) {
 	if len(batch) == 1 {
-		batch[0].reply <- f.drv.FinishJob(batch[0].ctx, nil, batch[0].p)
+		batch[0].reply <- f.drv.FinishJob(batch[0].ctx, driver.Shared, batch[0].p)
 		return
 	}
 	ps := make([]driver.FinishJobParams, len(batch))

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/dburl"
 	"github.com/idemdev/idem/internal/crashpoint"
 	"github.com/idemdev/idem/jobs"
 )
@@ -39,7 +40,7 @@ func helperMain() {
 	poll, _ := time.ParseDuration(os.Getenv(helperPoll))
 	slots, _ := strconv.Atoi(os.Getenv(helperSlots))
 	name := os.Getenv(helperName)
-	l, err := idem.Open(ctx, os.Getenv(helperURL), &idem.Options{Logger: quietLogger()})
+	l, err := dburl.Open(ctx, os.Getenv(helperURL), &idem.Options{Logger: quietLogger()})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helper: open:", err)
 		os.Exit(3)

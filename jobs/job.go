@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idemdev/idem"
 	"github.com/idemdev/idem/driver"
 	"github.com/idemdev/idem/internal/crashpoint"
 )
@@ -46,12 +47,13 @@ func (j *Job[T]) SetResult(b []byte) {
 //
 // After CompleteTx the handler commits tx and returns nil. If tx rolls back
 // instead, the job is retried as if Work had failed.
-func (j *Job[T]) CompleteTx(ctx context.Context, tx *sql.Tx) error {
-	if tx == nil {
-		return inputErr("tx", "must not be nil")
-	}
+func (j *Job[T]) CompleteTx(ctx context.Context, tx idem.Tx) error {
 	ex := j.ex
-	err := ex.c.drv.FinishJob(ctx, tx, driver.FinishJobParams{JobFence: ex.fence, State: driver.JobCompleted, Result: ex.resultBytes()})
+	q, err := ex.c.executor(tx)
+	if err != nil {
+		return err
+	}
+	err = ex.c.drv.FinishJob(ctx, q, driver.FinishJobParams{JobFence: ex.fence, State: driver.JobCompleted, Result: ex.resultBytes()})
 	if errors.Is(err, driver.ErrFenced) {
 		ex.log(ctx, slog.LevelWarn, "lease lost at CompleteTx; the job belongs to another worker now")
 		return fmt.Errorf("jobs: complete job %d attempt %d: %w", ex.rec.ID, ex.fence.Attempt, ErrLeaseLost)

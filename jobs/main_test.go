@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/dburl"
 	"github.com/idemdev/idem/driver/postgres"
 	"github.com/idemdev/idem/internal/pgtest"
 	"github.com/idemdev/idem/jobs"
@@ -65,7 +66,7 @@ func openLedger(t testing.TB, url string) *idem.Ledger {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	l, err := idem.Open(ctx, url, &idem.Options{Logger: quietLogger()})
+	l, err := dburl.Open(ctx, url, &idem.Options{Logger: quietLogger()})
 	if err != nil {
 		t.Fatalf("open %s: %v", url, err)
 	}

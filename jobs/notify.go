@@ -43,11 +43,11 @@ func (l *notifyLimiter) take(queues []string) []string {
 
 // announce wakes this client's own producers for queues that got due jobs,
 // and notifies other processes (PostgreSQL). Inside the caller's
-// transaction (q is a *sql.Tx) the notice goes out at commit, and a failed
+// transaction (q is not driver.Shared) the notice goes out at commit, and a failed
 // notice is returned, since on PostgreSQL it aborts that transaction.
 // Outside one the jobs are already committed: a lost notice costs at most
 // one poll interval, so it is only logged.
-func (c *Client) announce(ctx context.Context, q driver.Querier, queues []string) error {
+func (c *Client) announce(ctx context.Context, q driver.Executor, queues []string) error {
 	for _, name := range queues {
 		if p := c.producers[name]; p != nil {
 			signal(p.wake)
@@ -58,7 +58,7 @@ func (c *Client) announce(ctx context.Context, q driver.Querier, queues []string
 		return nil
 	}
 	err := c.drv.NotifyJobs(ctx, q, send)
-	if err != nil && q == nil {
+	if err != nil && q == driver.Shared {
 		c.log.LogAttrs(ctx, slog.LevelWarn, "notify failed; workers will find the jobs by polling",
 			slog.Any("queues", send), slog.String("error", err.Error()))
 		return nil

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/idemtype"
 )
 
 // TestLedgerCounts checks the driver counts behind the gauges and behind
@@ -45,7 +46,7 @@ func TestLedgerCounts(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if want := (idem.Counts{InProgress: 2, Stale: 1, Parked: 1}); n != want {
+			if want := (idemtype.OpenCounts{InProgress: 2, Stale: 1, Parked: 1}); n != want {
 				t.Errorf("Count = %+v, want %+v", n, want)
 			}
 			if n, err := l.Count(ctx, 1); err != nil || n.InProgress != 1 {
@@ -56,7 +57,7 @@ func TestLedgerCounts(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if want := (idem.PruneStats{Tombstoned: 2, Deleted: 1}); dry != want {
+			if want := (idemtype.PruneCounts{Tombstoned: 2, Deleted: 1}); dry != want {
 				t.Errorf("PruneCount = %+v, want %+v", dry, want)
 			}
 			if _, err := l.Get(ctx, "", "old-1"); err != nil {

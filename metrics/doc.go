@@ -8,7 +8,7 @@
 //
 //	m := metrics.New("sqlite")
 //	prometheus.MustRegister(m)
-//	l, err := idem.Open(ctx, url, &idem.Options{Observer: m.Observer()})
+//	l, err := dburl.Open(ctx, url, &idem.Options{Observer: m.Observer()})
 //	m.CountFrom(l, nil) // gauges from the database on every scrape
 //
 // Every series carries a constant driver label and, where the event comes

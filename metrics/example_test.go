@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/dburl"
 	"github.com/idemdev/idem/metrics"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -23,7 +24,7 @@ func Example() {
 	m := metrics.New("sqlite")
 	reg := prometheus.NewRegistry() // or prometheus.MustRegister(m)
 	reg.MustRegister(m)
-	l, err := idem.Open(ctx, "sqlite:"+filepath.Join(dir, "idem.db"), &idem.Options{
+	l, err := dburl.Open(ctx, "sqlite:"+filepath.Join(dir, "idem.db"), &idem.Options{
 		Observer: m.Observer(),
 		Logger:   slog.New(slog.DiscardHandler),
 	})

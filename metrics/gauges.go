@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/idemtype"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -19,7 +19,7 @@ const (
 
 // OpenCounter is what CountFrom reads on every scrape. *idem.Ledger is one.
 type OpenCounter interface {
-	Count(ctx context.Context, limit int) (idem.Counts, error)
+	Count(ctx context.Context, limit int) (idemtype.OpenCounts, error)
 }
 
 // QueueDepthFunc returns how many jobs wait in each queue. The jobs package

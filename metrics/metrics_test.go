@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/dburl"
+	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/internal/pgtest"
 	"github.com/idemdev/idem/metrics"
 	"github.com/prometheus/client_golang/prometheus"
@@ -60,7 +62,7 @@ func setup(t *testing.T, driver string, opts *idem.Options) bundle {
 	o.Observer = b.m.Observer()
 	o.Logger = slog.New(slog.DiscardHandler)
 	o.Clock = b.clock.now
-	l, err := idem.Open(context.Background(), dbURL(t, driver), &o)
+	l, err := dburl.Open(context.Background(), dbURL(t, driver), &o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,11 +108,11 @@ func TestLedgerEventsBecomeSeries(t *testing.T) {
 			if err := l.Complete(ctx, s, idem.Result{}); !errors.Is(err, idem.ErrLeaseLost) { // lease lost
 				t.Fatalf("stale complete: %v", err)
 			}
-			if c := claim(t, l, idem.Op{Key: "p", Fingerprint: "f", Stale: idem.Park}); c.Outcome != idem.Parked {
+			if c := claim(t, l, idem.Op{Key: "p", Fingerprint: "f", Stale: idem.StalePark}); c.Outcome != idem.Parked {
 				t.Fatalf("park: %v", c.Outcome)
 			}
 			_ = p
-			if _, err := l.Resolve(ctx, "", "p", idem.Resolution{As: idem.StateReleased}); err != nil {
+			if _, err := l.Resolve(ctx, "", "p", idem.Resolution{As: idemtype.StateReleased}); err != nil {
 				t.Fatal(err)
 			}
 
@@ -184,12 +186,12 @@ func TestMetricNamesFollowConventions(t *testing.T) {
 	m := metrics.New("sqlite")
 	obs := m.Observer()
 	// Touch every vector so that the linter sees a series of each.
-	obs(idem.Event{Kind: idem.EventClaim, Outcome: idem.Replay})
-	obs(idem.Event{Kind: idem.EventFinish, State: idem.StateSucceeded})
-	obs(idem.Event{Kind: idem.EventFinish, Err: errors.New("disk")})
-	obs(idem.Event{Kind: idem.EventLeaseLost})
-	obs(idem.Event{Kind: idem.EventReconcile, Verdict: idem.Done})
-	obs(idem.Event{Kind: idem.EventClaim, Err: &idem.ConflictError{Outcome: idem.Expired}, Outcome: idem.Expired})
+	obs(context.Background(), idem.Event{Kind: idem.EventClaim, Outcome: idem.Replay})
+	obs(context.Background(), idem.Event{Kind: idem.EventFinish, State: idemtype.StateSucceeded})
+	obs(context.Background(), idem.Event{Kind: idem.EventFinish, Err: errors.New("disk")})
+	obs(context.Background(), idem.Event{Kind: idem.EventLeaseLost})
+	obs(context.Background(), idem.Event{Kind: idem.EventReconcile, Verdict: idem.VerdictDone})
+	obs(context.Background(), idem.Event{Kind: idem.EventClaim, Err: idem.ErrExpired})
 	m.GatewayAdded(time.Millisecond)
 	m.JobTransition("email", "available", "running")
 	m.JobRun("email", "succeeded", time.Second)
@@ -215,13 +217,13 @@ func TestMetricNamesFollowConventions(t *testing.T) {
 func TestFacesAndExtensionPoints(t *testing.T) {
 	t.Parallel()
 	m := metrics.New("postgres")
-	m.FaceObserver(metrics.FaceGateway)(idem.Event{Kind: idem.EventClaim, Outcome: idem.InFlight})
-	m.Observer()(idem.Event{Kind: idem.EventClaim, Outcome: idem.Acquired})
-	m.Observer()(idem.Event{Kind: idem.EventClaim, Err: errors.New("connection reset")})
-	m.FaceObserver(metrics.FaceJobs)(idem.Event{Kind: idem.EventReconcile, Err: errors.New("lookup failed")})
-	m.Observer()(idem.Event{Kind: idem.EventResolve, State: idem.StateSucceeded})
-	m.Observer()(idem.Event{Kind: idem.EventResolve, State: idem.StateFailed, Err: idem.ErrLiveLease})
-	m.Observer()(idem.Event{Kind: idem.EventPrune, Tombstoned: 4, Deleted: 2})
+	m.FaceObserver(metrics.FaceGateway)(context.Background(), idem.Event{Kind: idem.EventClaim, Outcome: idem.InFlight})
+	m.Observer()(context.Background(), idem.Event{Kind: idem.EventClaim, Outcome: idem.Acquired})
+	m.Observer()(context.Background(), idem.Event{Kind: idem.EventClaim, Err: errors.New("connection reset")})
+	m.FaceObserver(metrics.FaceJobs)(context.Background(), idem.Event{Kind: idem.EventReconcile, Err: errors.New("lookup failed")})
+	m.Observer()(context.Background(), idem.Event{Kind: idem.EventResolve, State: idemtype.StateSucceeded})
+	m.Observer()(context.Background(), idem.Event{Kind: idem.EventResolve, State: idemtype.StateFailed, Err: idem.ErrLiveLease})
+	m.Observer()(context.Background(), idem.Event{Kind: idem.EventPrune, Tombstoned: 4, Deleted: 2})
 	m.JobTransition("email", "running", "discarded")
 	m.JobTransition("email", "running", "discarded")
 	m.OutboxDelivery("retry")
@@ -278,10 +280,10 @@ idem_queue_depth{driver="postgres",queue="sms"} 0
 // slowCounter blocks until its context ends, like a database that hangs.
 type slowCounter struct{ calls chan struct{} }
 
-func (s slowCounter) Count(ctx context.Context, limit int) (idem.Counts, error) {
+func (s slowCounter) Count(ctx context.Context, limit int) (idemtype.OpenCounts, error) {
 	s.calls <- struct{}{}
 	<-ctx.Done()
-	return idem.Counts{}, ctx.Err()
+	return idemtype.OpenCounts{}, ctx.Err()
 }
 
 func TestGaugesLeftOutWhenTheCountFails(t *testing.T) {
@@ -311,9 +313,9 @@ func TestGaugesLeftOutWhenTheCountFails(t *testing.T) {
 
 type limitCounter struct{ got chan int }
 
-func (l limitCounter) Count(ctx context.Context, limit int) (idem.Counts, error) {
+func (l limitCounter) Count(ctx context.Context, limit int) (idemtype.OpenCounts, error) {
 	l.got <- limit
-	return idem.Counts{InProgress: int64(limit)}, nil
+	return idemtype.OpenCounts{InProgress: int64(limit)}, nil
 }
 
 func TestCountIsBounded(t *testing.T) {

@@ -1,9 +1,11 @@
 package metrics
 
 import (
+	"context"
 	"errors"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/idemtype"
 )
 
 // Observer returns the idem.Observer to pass as idem.Options.Observer for
@@ -15,7 +17,7 @@ func (c *Collector) Observer() idem.Observer { return c.FaceObserver(FaceLibrary
 // so on, each for the ledger it opens. Keep the set of faces small: it is a
 // label value.
 func (c *Collector) FaceObserver(face string) idem.Observer {
-	return func(e idem.Event) { c.observe(face, e) }
+	return func(_ context.Context, e idem.Event) { c.observe(face, e) }
 }
 
 func (c *Collector) observe(face string, e idem.Event) {
@@ -83,7 +85,8 @@ func (c *Collector) claimed(face string, e idem.Event) {
 		c.history.add(func(s *Sample) { s.Reclaims++ })
 	case idem.Parked:
 		c.totals.parked.Add(1)
-	case idem.Expired:
+	}
+	if errors.Is(e.Err, idem.ErrExpired) {
 		c.expiredReplays.WithLabelValues(face).Inc()
 		c.totals.expired.Add(1)
 		c.history.add(func(s *Sample) { s.ExpiredReplays++ })
@@ -97,14 +100,14 @@ func (c *Collector) reconciled(face, by, verdict string) {
 
 // resolveVerdict names an operator's resolution in the reconciler's words:
 // succeeded is done, failed is failed, released is not done.
-func resolveVerdict(s idem.State) string {
+func resolveVerdict(s idemtype.State) string {
 	switch s {
-	case idem.StateSucceeded:
-		return idem.Done.String()
-	case idem.StateFailed:
-		return idem.FailedDone.String()
-	case idem.StateReleased:
-		return idem.NotDone.String()
+	case idemtype.StateSucceeded:
+		return idem.VerdictDone.String()
+	case idemtype.StateFailed:
+		return idem.VerdictFailed.String()
+	case idemtype.StateReleased:
+		return idem.VerdictNotDone.String()
 	}
 	return "unknown"
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/dburl"
 	"github.com/idemdev/idem/outbox"
 )
 
@@ -18,7 +19,7 @@ const (
 // and never returns.
 func helperMain() {
 	ctx := context.Background()
-	l, err := idem.Open(ctx, os.Getenv(helperEnv), &idem.Options{Logger: quietLogger()})
+	l, err := dburl.Open(ctx, os.Getenv(helperEnv), &idem.Options{Logger: quietLogger()})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helper:", err)
 		os.Exit(3)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/dburl"
 	"github.com/idemdev/idem/internal/pgtest"
 	"github.com/idemdev/idem/outbox"
 )
@@ -36,7 +37,7 @@ func forEachDriver(t *testing.T, fn func(t *testing.T, url string)) {
 
 func openLedger(t testing.TB, url string) *idem.Ledger {
 	t.Helper()
-	l, err := idem.Open(context.Background(), url, &idem.Options{Logger: quietLogger()})
+	l, err := dburl.Open(context.Background(), url, &idem.Options{Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

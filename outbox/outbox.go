@@ -118,7 +118,7 @@ func (o *Outbox) Jobs() *jobs.Client { return o.jobs }
 // message with the same ID is already there (a retried business
 // transaction), Add does nothing and returns its ID, unless its content
 // differs: then it returns an error matching idem.ErrMismatch.
-func (o *Outbox) Add(ctx context.Context, tx *sql.Tx, m Message) (string, error) {
+func (o *Outbox) Add(ctx context.Context, tx idem.Tx, m Message) (string, error) {
 	if tx == nil {
 		return "", inputErr("tx", "must not be nil: the message must commit with the business change")
 	}

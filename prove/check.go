@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/idemtype"
 )
 
 // opView is everything the history and the database say about one
@@ -16,7 +17,7 @@ type opView struct {
 	oks      []Event
 	unknown  int
 	effects  []string
-	state    idem.State // "" when the ledger has no record (or was not asked)
+	state    idemtype.State // "" when the ledger has no record (or was not asked)
 	hasState bool
 }
 
@@ -79,7 +80,7 @@ func (t *trial) check(ctx context.Context, res Result) Result {
 		n := len(v.effects)
 		res.Effects += n
 		res.Duplicates += max(0, n-1)
-		parked := v.state == idem.StateParked
+		parked := v.state == idemtype.StateParked
 		if parked {
 			res.Parked++
 		}
@@ -93,10 +94,10 @@ func (t *trial) check(ctx context.Context, res Result) Result {
 			mixed = append(mixed, k)
 		}
 		switch {
-		case v.state == idem.StateInProgress:
+		case v.state == idemtype.StateInProgress:
 			stuck = append(stuck, k)
 		case len(v.oks) > 0:
-			if v.hasState && v.state != idem.StateSucceeded && v.state != idem.StateTombstone {
+			if v.hasState && v.state != idemtype.StateSucceeded && v.state != idemtype.StateTombstone {
 				t.fail("%s was acknowledged ok but its record is %q", k, orNone(v.state))
 			}
 		case parked && !t.allowParked:
@@ -178,7 +179,7 @@ func (t *trial) explain(what string, ops []string) {
 	t.fail("%d %s: %s", len(ops), what, list)
 }
 
-func orNone(s idem.State) string {
+func orNone(s idemtype.State) string {
 	if s == "" {
 		return "none"
 	}

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/dburl"
 )
 
 // Config says what to attack and how hard. The zero value of each field
@@ -231,7 +232,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 // open opens the parent's ledger (applying the schema once, before any
 // worker opens it) and creates the effects table.
 func (r *runner) open(ctx context.Context) error {
-	l, err := idem.Open(ctx, r.db.url, &idem.Options{Logger: slog.New(slog.DiscardHandler)})
+	l, err := dburl.Open(ctx, r.db.url, &idem.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return err
 	}

@@ -18,7 +18,9 @@ import (
 	"time"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/dburl"
 	"github.com/idemdev/idem/fingerprint"
+	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/internal/crashpoint"
 )
 
@@ -84,19 +86,19 @@ func newWorker(ctx context.Context, s spec, in *bufio.Reader, out *emitter, stde
 	}
 	switch s.Stale {
 	case "", "redo":
-		opts.Stale = idem.Redo
+		opts.Stale = idem.StaleRedo
 	case "park":
-		opts.Stale = idem.Park
+		opts.Stale = idem.StalePark
 	case "reconcile":
-		opts.Stale, opts.Reconciler = idem.Reconcile, w.reconcile
+		opts.Stale, opts.Reconciler = idem.StaleReconcile, w.reconcile
 	default:
 		return nil, fmt.Errorf("unknown stale policy %q", s.Stale)
 	}
-	l, err := idem.Open(ctx, s.DB, opts)
+	l, err := dburl.Open(ctx, s.DB, opts)
 	for err != nil && s.RetryErrors && time.Now().Before(w.deadline) && ctx.Err() == nil {
 		// A worker that starts while the database restarts waits for it.
 		time.Sleep(100 * time.Millisecond)
-		l, err = idem.Open(ctx, s.DB, opts)
+		l, err = dburl.Open(ctx, s.DB, opts)
 	}
 	if err != nil {
 		return nil, err
@@ -338,28 +340,28 @@ func (w *worker) callProvider(ctx context.Context, key string) (string, error) {
 }
 
 // reconcile is the Reconciler for a provider that can be asked by key.
-func (w *worker) reconcile(ctx context.Context, rec idem.Record) (idem.Verdict, idem.Result, error) {
+func (w *worker) reconcile(ctx context.Context, rec idemtype.Record) (idem.Verdict, idem.Result, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, w.s.Provider+"/lookup", nil)
 	if err != nil {
-		return idem.Unknown, idem.Result{}, err
+		return idem.VerdictUnknown, idem.Result{}, err
 	}
 	req.Header.Set("Idempotency-Key", providerKey(rec.Scope, rec.Key))
 	resp, err := w.client.Do(req)
 	if err != nil {
-		return idem.Unknown, idem.Result{}, err
+		return idem.VerdictUnknown, idem.Result{}, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return idem.Unknown, idem.Result{}, err
+		return idem.VerdictUnknown, idem.Result{}, err
 	}
 	switch resp.StatusCode {
 	case http.StatusOK:
-		return idem.Done, idem.Result{Status: http.StatusOK, Body: b}, nil
+		return idem.VerdictDone, idem.Result{Status: http.StatusOK, Body: b}, nil
 	case http.StatusNotFound:
-		return idem.NotDone, idem.Result{}, nil
+		return idem.VerdictNotDone, idem.Result{}, nil
 	}
-	return idem.Unknown, idem.Result{}, nil
+	return idem.VerdictUnknown, idem.Result{}, nil
 }
 
 // providerKey is the key forwarded downstream for (scope, key).

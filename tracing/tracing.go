@@ -4,7 +4,7 @@
 // an Observer from here to idem.Options.
 //
 //	tr := otel.Tracer("github.com/idemdev/idem")
-//	l, err := idem.Open(ctx, url, &idem.Options{
+//	l, err := dburl.Open(ctx, url, &idem.Options{
 //		Observer: idem.Observers(m.Observer(), tracing.Observer(tr, nil)),
 //	})
 //
@@ -70,14 +70,10 @@ func Observer(tracer trace.Tracer, opts *Options) idem.Observer {
 	if opts != nil {
 		o = *opts
 	}
-	return func(e idem.Event) { o.record(tracer, e) }
+	return func(ctx context.Context, e idem.Event) { o.record(ctx, tracer, e) }
 }
 
-func (o Options) record(tracer trace.Tracer, e idem.Event) {
-	ctx := e.Ctx
-	if ctx == nil {
-		ctx = context.Background()
-	}
+func (o Options) record(ctx context.Context, tracer trace.Tracer, e idem.Event) {
 	end := time.Now()
 	attrs := o.Attributes(e.Op, e.Attempt)
 	var name string

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/dburl"
+	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/tracing"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -39,8 +41,8 @@ func TestEventBecomesChildSpanEndingNow(t *testing.T) {
 	obs := tracing.Observer(tr, &tracing.Options{Driver: "postgres"})
 
 	op := idem.Op{Scope: "acct-1", Key: "order-42", Fingerprint: "jcs-sha256:ab"}
-	obs(idem.Event{Kind: idem.EventClaim, Ctx: ctx, Op: op, Outcome: idem.Acquired, Attempt: 1, Took: 3 * time.Millisecond})
-	obs(idem.Event{Kind: idem.EventFinish, Ctx: ctx, Op: op, State: idem.StateSucceeded, Attempt: 1, Took: time.Millisecond})
+	obs(ctx, idem.Event{Kind: idem.EventClaim, Op: op, Outcome: idem.Acquired, Attempt: 1, Took: 3 * time.Millisecond})
+	obs(ctx, idem.Event{Kind: idem.EventFinish, Op: op, State: idemtype.StateSucceeded, Attempt: 1, Took: time.Millisecond})
 	parent.End()
 
 	spans := rec.Ended()
@@ -82,11 +84,12 @@ func TestErrorsAndHashedKeys(t *testing.T) {
 	rec, tp := setup(t)
 	obs := tracing.Observer(tp.Tracer("test"), &tracing.Options{HashKeys: true})
 	op := idem.Op{Key: "alice@example.com"}
-	obs(idem.Event{Kind: idem.EventClaim, Op: op, Err: errors.New("connection reset")})
-	obs(idem.Event{Kind: idem.EventClaim, Op: op, Outcome: idem.Expired, Err: &idem.ConflictError{Outcome: idem.Expired}})
-	obs(idem.Event{Kind: idem.EventLeaseLost, Op: op, State: idem.StateSucceeded})
-	obs(idem.Event{Kind: idem.EventLeaseLost, Op: op})
-	obs(idem.Event{Kind: idem.EventPrune, Tombstoned: 3, Deleted: 1})
+	ctx := context.Background()
+	obs(ctx, idem.Event{Kind: idem.EventClaim, Op: op, Err: errors.New("connection reset")})
+	obs(ctx, idem.Event{Kind: idem.EventClaim, Op: op, Err: idem.ErrExpired})
+	obs(ctx, idem.Event{Kind: idem.EventLeaseLost, Op: op, State: idemtype.StateSucceeded})
+	obs(ctx, idem.Event{Kind: idem.EventLeaseLost, Op: op})
+	obs(ctx, idem.Event{Kind: idem.EventPrune, Tombstoned: 3, Deleted: 1})
 
 	spans := rec.Ended()
 	if len(spans) != 5 {
@@ -121,7 +124,7 @@ func TestLedgerSpans(t *testing.T) {
 	rec, tp := setup(t)
 	tr := tp.Tracer("test")
 	ctx := context.Background()
-	l, err := idem.Open(ctx, "sqlite:"+filepath.Join(t.TempDir(), "idem.db"), &idem.Options{Observer: tracing.Observer(tr, nil)})
+	l, err := dburl.Open(ctx, "sqlite:"+filepath.Join(t.TempDir(), "idem.db"), &idem.Options{Observer: tracing.Observer(tr, nil)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,9 +164,9 @@ func TestStartCarriesTheSameAttributes(t *testing.T) {
 func TestObserversCallsEachInOrder(t *testing.T) {
 	t.Parallel()
 	var got []string
-	obs := idem.Observers(nil, func(e idem.Event) { got = append(got, "a:"+string(e.Kind)) }, nil,
-		func(e idem.Event) { got = append(got, "b:"+string(e.Kind)) })
-	obs(idem.Event{Kind: idem.EventClaim})
+	obs := idem.Observers(nil, func(_ context.Context, e idem.Event) { got = append(got, "a:"+string(e.Kind)) }, nil,
+		func(_ context.Context, e idem.Event) { got = append(got, "b:"+string(e.Kind)) })
+	obs(context.Background(), idem.Event{Kind: idem.EventClaim})
 	if len(got) != 2 || got[0] != "a:claim" || got[1] != "b:claim" {
 		t.Errorf("calls %v", got)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/dburl"
 	"github.com/idemdev/idem/driver"
 	"github.com/idemdev/idem/jobs"
 )
@@ -33,7 +34,7 @@ func jobsSeed(t *testing.T) jobsSeeded {
 	t.Helper()
 	ctx := context.Background()
 	s := jobsSeeded{url: "sqlite:" + filepath.Join(t.TempDir(), "idem.db")}
-	l, err := idem.Open(ctx, s.url, &idem.Options{Logger: slog.New(slog.DiscardHandler)})
+	l, err := dburl.Open(ctx, s.url, &idem.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +61,7 @@ func jobsSeed(t *testing.T) jobsSeeded {
 	finish := func(r driver.JobRow, p driver.FinishJobParams) {
 		t.Helper()
 		p.JobFence = driver.JobFence{ID: r.ID, Attempt: r.Attempt, LeaseID: r.LeaseID}
-		if err := drv.FinishJob(ctx, nil, p); err != nil {
+		if err := drv.FinishJob(ctx, driver.Shared, p); err != nil {
 			t.Fatal(err)
 		}
 	}

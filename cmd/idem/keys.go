@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/idemtype"
 )
 
 const (
@@ -45,7 +46,7 @@ func runKeys(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	}, args, stdout, stderr)
 }
 
-var listStates = []idem.State{idem.StateInProgress, idem.StateSucceeded, idem.StateFailed, idem.StateParked, idem.StateTombstone, idem.StateReleased}
+var listStates = []idemtype.State{idemtype.StateInProgress, idemtype.StateSucceeded, idemtype.StateFailed, idemtype.StateParked, idemtype.StateTombstone, idemtype.StateReleased}
 
 func runKeysList(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("keys list", keysListUsage, stderr)
@@ -71,11 +72,11 @@ characters are printed Go-quoted.
 	if len(pos) > 0 {
 		return usageError(fs, stderr, "unexpected argument %q", pos[0])
 	}
-	st := idem.State(*state)
+	st := idemtype.State(*state)
 	if st != "" && !validState(st) {
 		return usageError(fs, stderr, "--state %q: want one of %s", *state, statesText())
 	}
-	if *stale && st != "" && st != idem.StateInProgress {
+	if *stale && st != "" && st != idemtype.StateInProgress {
 		return usageError(fs, stderr, "--stale selects in-progress records; it cannot be combined with --state %s", st)
 	}
 	if *limit < 1 || *limit > 100000 {
@@ -87,7 +88,7 @@ characters are printed Go-quoted.
 		return 1
 	}
 	defer l.Close()
-	recs, err := l.List(ctx, idem.ListFilter{State: st, Stale: *stale, Scope: *scope, Limit: *limit})
+	recs, err := l.List(ctx, idemtype.ListFilter{State: st, Stale: *stale, Scope: *scope, Limit: *limit})
 	if err != nil {
 		fmt.Fprintln(stderr, "idem keys list:", err)
 		return 1
@@ -168,7 +169,7 @@ is text when UTF-8 and base64 otherwise. An empty scope is "".
 	return 0
 }
 
-func validState(s idem.State) bool {
+func validState(s idemtype.State) bool {
 	for _, v := range listStates {
 		if s == v {
 			return true

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/dburl"
 )
 
 func TestLoggerFormatsLevelsAndRedaction(t *testing.T) {
@@ -46,7 +47,7 @@ func TestLedgerHashesKeysInLogs(t *testing.T) {
 	f := &logFlags{format: "text", level: "debug", hashKeys: true}
 	log, _ := f.logger(&buf)
 	ctx := context.Background()
-	l, err := idem.Open(ctx, "sqlite:"+filepath.Join(t.TempDir(), "idem.db"), &idem.Options{Logger: log, HashKeysInLogs: f.hashKeys})
+	l, err := dburl.Open(ctx, "sqlite:"+filepath.Join(t.TempDir(), "idem.db"), &idem.Options{Logger: log, HashKeysInLogs: f.hashKeys})
 	if err != nil {
 		t.Fatal(err)
 	}

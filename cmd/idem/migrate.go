@@ -7,7 +7,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/dburl"
 	"github.com/idemdev/idem/driver"
 	"github.com/idemdev/idem/driver/postgres"
 	"github.com/idemdev/idem/driver/sqlite"
@@ -45,12 +45,16 @@ func runMigrate(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		}
 		return 0
 	}
-	drv, err := idem.OpenDriver(ctx, *db, driver.Config{NoMigrate: true})
+	drv, err := dburl.OpenDriver(ctx, *db)
 	if err != nil {
 		fmt.Fprintln(stderr, "idem migrate:", err)
 		return 1
 	}
 	defer drv.Close()
+	if err := drv.Setup(ctx, driver.Config{NoMigrate: true}); err != nil {
+		fmt.Fprintln(stderr, "idem migrate:", err)
+		return 1
+	}
 	if err := drv.Migrate(ctx); err != nil {
 		fmt.Fprintln(stderr, "idem migrate:", err)
 		return 1

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/dburl"
 	"github.com/idemdev/idem/driver"
 	"github.com/idemdev/idem/jobs"
 	"github.com/idemdev/idem/outbox"
@@ -22,7 +23,7 @@ func outboxSeed(t *testing.T) string {
 	t.Helper()
 	ctx := context.Background()
 	url := "sqlite:" + filepath.Join(t.TempDir(), "idem.db")
-	l, err := idem.Open(ctx, url, &idem.Options{Logger: slog.New(slog.DiscardHandler)})
+	l, err := dburl.Open(ctx, url, &idem.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +57,7 @@ func outboxSeed(t *testing.T) string {
 		{State: driver.JobDead, Error: "outbox: deliver campaign-7/2: HTTP 410: gone"},
 	} {
 		p.JobFence = driver.JobFence{ID: rows[i].ID, Attempt: rows[i].Attempt, LeaseID: rows[i].LeaseID}
-		if err := drv.FinishJob(ctx, nil, p); err != nil {
+		if err := drv.FinishJob(ctx, driver.Shared, p); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -15,6 +15,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/dburl"
+	"github.com/idemdev/idem/idemtype"
 )
 
 // Shared by the operator commands (keys, reconcile, prune): opening the
@@ -83,7 +85,7 @@ func openLedger(ctx context.Context, url string, opts *idem.Options) (*idem.Ledg
 		o = *opts
 	}
 	o.NoMigrate = true
-	return idem.Open(ctx, url, &o)
+	return dburl.Open(ctx, url, &o)
 }
 
 // writeJSON prints v as indented JSON.
@@ -154,23 +156,23 @@ func ago(t, now time.Time) string {
 
 // recordNote is the table's one-line summary of where a record is in its
 // life, by the database clock.
-func recordNote(r idem.Record) string {
+func recordNote(r idemtype.Record) string {
 	switch r.State {
-	case idem.StateInProgress:
+	case idemtype.StateInProgress:
 		if r.Stale() {
 			return "stale: lease ended " + ago(r.LeaseUntil, r.Now)
 		}
 		return "lease ends " + ago(r.LeaseUntil, r.Now)
-	case idem.StateSucceeded, idem.StateFailed:
+	case idemtype.StateSucceeded, idemtype.StateFailed:
 		if r.ExpiresAt.After(r.Now) {
 			return "replayed until " + timeText(r.ExpiresAt) + " (" + ago(r.ExpiresAt, r.Now) + ")"
 		}
 		return "retention ended " + ago(r.ExpiresAt, r.Now) + ": prune turns it into a tombstone"
-	case idem.StateTombstone:
+	case idemtype.StateTombstone:
 		return "late retries refused until " + timeText(r.TombstoneUntil)
-	case idem.StateParked:
+	case idemtype.StateParked:
 		return "waits for idem reconcile"
-	case idem.StateReleased:
+	case idemtype.StateReleased:
 		return "free: the next claim runs it"
 	}
 	return ""
@@ -179,22 +181,22 @@ func recordNote(r idem.Record) string {
 // recordJSON is a record as the operator commands print it with --json.
 // Times are RFC 3339 in UTC; absent times are omitted.
 type recordJSON struct {
-	Scope          string      `json:"scope"`
-	Key            string      `json:"key"`
-	KeyHash        string      `json:"key_hash"`
-	Fingerprint    string      `json:"fingerprint"`
-	State          idem.State  `json:"state"`
-	Stale          bool        `json:"stale"`
-	Attempt        int64       `json:"attempt"`
-	LeaseUntil     *time.Time  `json:"lease_until,omitempty"`
-	CreatedAt      *time.Time  `json:"created_at,omitempty"`
-	UpdatedAt      *time.Time  `json:"updated_at,omitempty"`
-	CompletedAt    *time.Time  `json:"completed_at,omitempty"`
-	ExpiresAt      *time.Time  `json:"expires_at,omitempty"`
-	TombstoneUntil *time.Time  `json:"tombstone_until,omitempty"`
-	RetentionMS    int64       `json:"retention_ms"`
-	Now            *time.Time  `json:"now,omitempty"`
-	Result         *resultJSON `json:"result,omitempty"`
+	Scope          string         `json:"scope"`
+	Key            string         `json:"key"`
+	KeyHash        string         `json:"key_hash"`
+	Fingerprint    string         `json:"fingerprint"`
+	State          idemtype.State `json:"state"`
+	Stale          bool           `json:"stale"`
+	Attempt        int64          `json:"attempt"`
+	LeaseUntil     *time.Time     `json:"lease_until,omitempty"`
+	CreatedAt      *time.Time     `json:"created_at,omitempty"`
+	UpdatedAt      *time.Time     `json:"updated_at,omitempty"`
+	CompletedAt    *time.Time     `json:"completed_at,omitempty"`
+	ExpiresAt      *time.Time     `json:"expires_at,omitempty"`
+	TombstoneUntil *time.Time     `json:"tombstone_until,omitempty"`
+	RetentionMS    int64          `json:"retention_ms"`
+	Now            *time.Time     `json:"now,omitempty"`
+	Result         *resultJSON    `json:"result,omitempty"`
 }
 
 // resultJSON previews a stored result: the body and metadata are cut to
@@ -233,7 +235,7 @@ func encodePreview(b []byte, n int) (text, encoding string, cut bool) {
 
 // toJSON converts a record; withResult adds the result preview of up to
 // previewBytes of body and metadata.
-func toJSON(r idem.Record, withResult bool, previewBytes int) recordJSON {
+func toJSON(r idemtype.Record, withResult bool, previewBytes int) recordJSON {
 	out := recordJSON{
 		Scope: r.Scope, Key: r.Key, KeyHash: idem.KeyHash(r.Key), Fingerprint: r.Fingerprint,
 		State: r.State, Stale: r.Stale(), Attempt: r.Attempt,
@@ -241,10 +243,10 @@ func toJSON(r idem.Record, withResult bool, previewBytes int) recordJSON {
 		CompletedAt: jsonTime(r.CompletedAt), ExpiresAt: jsonTime(r.ExpiresAt), TombstoneUntil: jsonTime(r.TombstoneUntil),
 		RetentionMS: r.Retention.Milliseconds(), Now: jsonTime(r.Now),
 	}
-	if withResult && (r.State == idem.StateSucceeded || r.State == idem.StateFailed) {
-		res := &resultJSON{Status: r.Result.Status, BodyBytes: len(r.Result.Body), MetaBytes: len(r.Result.Meta)}
-		res.Body, res.BodyEncoding, res.BodyTruncated = encodePreview(r.Result.Body, previewBytes)
-		res.Meta, res.MetaEncoding, res.MetaTruncated = encodePreview(r.Result.Meta, previewBytes)
+	if withResult && (r.State == idemtype.StateSucceeded || r.State == idemtype.StateFailed) {
+		res := &resultJSON{Status: r.Status, BodyBytes: len(r.Body), MetaBytes: len(r.Meta)}
+		res.Body, res.BodyEncoding, res.BodyTruncated = encodePreview(r.Body, previewBytes)
+		res.Meta, res.MetaEncoding, res.MetaTruncated = encodePreview(r.Meta, previewBytes)
 		out.Result = res
 	}
 	return out
@@ -252,7 +254,7 @@ func toJSON(r idem.Record, withResult bool, previewBytes int) recordJSON {
 
 // printRecord prints one record as "field: value" lines, with a preview of
 // its stored result.
-func printRecord(w io.Writer, r idem.Record, previewBytes int) error {
+func printRecord(w io.Writer, r idemtype.Record, previewBytes int) error {
 	t := &table{tw: tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)}
 	t.row("scope:", printable(r.Scope))
 	t.row("key:", printable(r.Key))
@@ -260,7 +262,7 @@ func printRecord(w io.Writer, r idem.Record, previewBytes int) error {
 	t.row("state:", string(r.State)+" — "+recordNote(r))
 	t.row("fingerprint:", printable(r.Fingerprint))
 	t.row("attempt:", strconv.FormatInt(r.Attempt, 10)+" (the newest fencing token)")
-	if r.State == idem.StateInProgress {
+	if r.State == idemtype.StateInProgress {
 		t.row("lease until:", timeText(r.LeaseUntil)+" ("+ago(r.LeaseUntil, r.Now)+")")
 	}
 	t.row("created:", timeText(r.CreatedAt))
@@ -271,8 +273,8 @@ func printRecord(w io.Writer, r idem.Record, previewBytes int) error {
 		t.row("tombstone until:", timeText(r.TombstoneUntil))
 	}
 	t.row("database now:", timeText(r.Now))
-	if r.State == idem.StateSucceeded || r.State == idem.StateFailed {
-		res := r.Result
+	if r.State == idemtype.StateSucceeded || r.State == idemtype.StateFailed {
+		res := r
 		t.row("result:", fmt.Sprintf("status %d, body %d bytes, meta %d bytes", res.Status, len(res.Body), len(res.Meta)))
 		t.row("body:", previewText(res.Body, previewBytes))
 		if len(res.Meta) > 0 {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/dburl"
+	"github.com/idemdev/idem/idemtype"
 )
 
 // Helpers for the operator commands' tests (keys, reconcile, prune): a
@@ -62,7 +64,7 @@ func opSeed(t *testing.T) opSeeded {
 		t.Helper()
 		o.Clock = func() time.Time { return time.Now().Add(shift) }
 		o.Logger = slog.New(slog.DiscardHandler)
-		l, err := idem.Open(ctx, url, &o)
+		l, err := dburl.Open(ctx, url, &o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -107,9 +109,9 @@ func opSeed(t *testing.T) opSeeded {
 }
 
 // get reads one record straight from the ledger.
-func (s opSeeded) get(t *testing.T, scope, key string) (idem.Record, error) {
+func (s opSeeded) get(t *testing.T, scope, key string) (idemtype.Record, error) {
 	t.Helper()
-	l, err := idem.Open(context.Background(), s.url, &idem.Options{Logger: slog.New(slog.DiscardHandler)})
+	l, err := dburl.Open(context.Background(), s.url, &idem.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

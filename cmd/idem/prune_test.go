@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/idemtype"
 )
 
 func TestPruneDryRunThenPrune(t *testing.T) {
@@ -17,7 +18,7 @@ func TestPruneDryRunThenPrune(t *testing.T) {
 	if strings.TrimSpace(r.stdout) != "dry run: would tombstone 2 and delete 1 (nothing written)" {
 		t.Errorf("dry run: %q", r.stdout)
 	}
-	if rec, err := s.get(t, "", "gone-1"); err != nil || rec.State != idem.StateSucceeded {
+	if rec, err := s.get(t, "", "gone-1"); err != nil || rec.State != idemtype.StateSucceeded {
 		t.Fatalf("the dry run wrote: %+v %v", rec, err)
 	}
 
@@ -32,7 +33,7 @@ func TestPruneDryRunThenPrune(t *testing.T) {
 	if n := strings.Count(r.stderr, "idem prune: batch "); n != got.Batches {
 		t.Errorf("%d progress lines for %d batches:\n%s", n, got.Batches, r.stderr)
 	}
-	if rec, _ := s.get(t, "", "expired-1"); rec.State != idem.StateTombstone || rec.Result.Body != nil {
+	if rec, _ := s.get(t, "", "expired-1"); rec.State != idemtype.StateTombstone || rec.Body != nil {
 		t.Errorf("expired-1 after prune: %+v", rec)
 	}
 	if _, err := s.get(t, "", "gone-1"); !errors.Is(err, idem.ErrNotFound) {

@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/idemtype"
 )
 
 const reconcileUsage = "idem reconcile [--db URL] --as succeeded|failed|release [--result FILE] [--status N] [--force] [--json] SCOPE KEY"
@@ -58,20 +59,20 @@ holder is gone. Completed records are never changed.
 	if len(pos) != 2 {
 		return usageError(fs, stderr, "want SCOPE and KEY (an empty scope is \"\"), got %d arguments", len(pos))
 	}
-	var st idem.State
+	var st idemtype.State
 	switch *as {
 	case "succeeded", "success", "done":
-		st = idem.StateSucceeded
+		st = idemtype.StateSucceeded
 	case "failed", "fail":
-		st = idem.StateFailed
+		st = idemtype.StateFailed
 	case "release", "released", "not_done":
-		st = idem.StateReleased
+		st = idemtype.StateReleased
 	case "":
 		return usageError(fs, stderr, "--as is required: succeeded, failed or release")
 	default:
 		return usageError(fs, stderr, "--as %q: want succeeded, failed or release", *as)
 	}
-	if st == idem.StateReleased && (*resultFile != "" || *status != 0) {
+	if st == idemtype.StateReleased && (*resultFile != "" || *status != 0) {
 		return usageError(fs, stderr, "--as release stores no result; drop --result and --status")
 	}
 	if *status < 0 || *status > 999 {

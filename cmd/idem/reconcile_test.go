@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/idemtype"
 )
 
 func TestReconcileParkedAsSucceeded(t *testing.T) {
@@ -28,7 +29,7 @@ func TestReconcileParkedAsSucceeded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rec.State != idem.StateSucceeded || rec.Result.Status != 201 || string(rec.Result.Body) != `{"id":"ch_9"}` || rec.Fingerprint != "fp-parked" {
+	if rec.State != idemtype.StateSucceeded || rec.Status != 201 || string(rec.Body) != `{"id":"ch_9"}` || rec.Fingerprint != "fp-parked" {
 		t.Errorf("record after reconcile: %+v", rec)
 	}
 	// Done is done: a second decision is refused.
@@ -45,12 +46,12 @@ func TestReconcileRefusesALiveLeaseUnlessForced(t *testing.T) {
 	if !strings.Contains(r.stderr, "refused") || !strings.Contains(r.stderr, "live lease") || !strings.Contains(r.stderr, "--force") || r.stdout != "" {
 		t.Errorf("stdout %q stderr %q", r.stdout, r.stderr)
 	}
-	if rec, _ := s.get(t, "", "live-1"); rec.State != idem.StateInProgress {
+	if rec, _ := s.get(t, "", "live-1"); rec.State != idemtype.StateInProgress {
 		t.Fatalf("refused reconcile changed the record: %s", rec.State)
 	}
 	r = opRun(t, "", "reconcile", "--db", s.url, "", "live-1", "--as", "release", "--force", "--json").must(t, 0)
 	var rec recordJSON
-	if err := json.Unmarshal([]byte(r.stdout), &rec); err != nil || rec.State != idem.StateReleased {
+	if err := json.Unmarshal([]byte(r.stdout), &rec); err != nil || rec.State != idemtype.StateReleased {
 		t.Errorf("forced: %v %+v", err, rec)
 	}
 }
@@ -68,7 +69,7 @@ func TestReconcileStaleFromStdinWithHashedLogs(t *testing.T) {
 		t.Errorf("--log-format json: %v %s", err, r.stderr)
 	}
 	rec, _ := s.get(t, "", "stale-1")
-	if rec.State != idem.StateFailed || string(rec.Result.Body) != "declined by provider" || rec.Result.Status != 402 {
+	if rec.State != idemtype.StateFailed || string(rec.Body) != "declined by provider" || rec.Status != 402 {
 		t.Errorf("record: %+v", rec)
 	}
 }
@@ -94,7 +95,7 @@ func TestReconcileRefusesBadInput(t *testing.T) {
 			t.Errorf("%v: exit %d (want %d), stderr %q (want %q)", c.args, r.code, c.code, r.stderr, c.has)
 		}
 	}
-	if rec, _ := s.get(t, "", "parked-1"); rec.State != idem.StateParked {
+	if rec, _ := s.get(t, "", "parked-1"); rec.State != idemtype.StateParked {
 		t.Errorf("a refused command changed the record: %s", rec.State)
 	}
 }

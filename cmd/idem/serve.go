@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemdev/idem"
 	"github.com/idemdev/idem/admin"
+	"github.com/idemdev/idem/dburl"
 	"github.com/idemdev/idem/gateway"
 	"github.com/idemdev/idem/idemhttp"
 	"github.com/idemdev/idem/metrics"
@@ -209,9 +210,9 @@ func (c *serveConfig) check() []error {
 	}
 	switch c.stale {
 	case "redo":
-		c.ledgerOpts.Stale = idem.Redo
+		c.ledgerOpts.Stale = idem.StaleRedo
 	case "park":
-		c.ledgerOpts.Stale = idem.Park
+		c.ledgerOpts.Stale = idem.StalePark
 	default:
 		bad("stale", "%q: want redo or park", c.stale)
 	}
@@ -257,7 +258,7 @@ func (c *serveConfig) run(ctx context.Context, stdout, stderr io.Writer) int {
 	c.ledgerOpts.Observer = m.FaceObserver(metrics.FaceGateway)
 
 	openCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	l, err := idem.Open(openCtx, c.db, &c.ledgerOpts)
+	l, err := dburl.Open(openCtx, c.db, &c.ledgerOpts)
 	cancel()
 	if err != nil {
 		fmt.Fprintf(stderr, "idem serve: %v\n", err)

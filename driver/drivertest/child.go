@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -31,7 +32,8 @@ const (
 
 // childArgs is what a child is told, as JSON in childArgsEnv.
 type childArgs struct {
-	URL        string
+	Target     string
+	DB         string
 	Scope      string
 	Keys       []string
 	Goroutines int
@@ -253,7 +255,7 @@ func (e *emitter) emit(ev event) {
 }
 
 // runChild is a child process's main. It returns the exit code.
-func runChild(role string) int {
+func runChild(role string, targets []Target) int {
 	out := &emitter{enc: json.NewEncoder(os.Stdout)}
 	var a childArgs
 	if err := json.Unmarshal([]byte(os.Getenv(childArgsEnv)), &a); err != nil {
@@ -268,7 +270,12 @@ func runChild(role string) int {
 	if a.ClockMS != 0 {
 		opts.Clock = fixedClock(time.UnixMilli(a.ClockMS))
 	}
-	l, err := idem.Open(ctx, a.URL, opts)
+	i := slices.IndexFunc(targets, func(tg Target) bool { return tg.Name == a.Target })
+	if i < 0 {
+		out.emit(event{Event: "error", Err: fmt.Sprintf("no target %q given to drivertest.Main", a.Target)})
+		return 2
+	}
+	l, err := targets[i].openLedger(ctx, a.DB, opts)
 	if err != nil {
 		out.emit(event{Event: "error", Err: err.Error()})
 		return 1

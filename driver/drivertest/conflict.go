@@ -9,10 +9,11 @@ import (
 	"time"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/idemtype"
 )
 
 // sameRecord compares two reads of one record, ignoring the read time.
-func sameRecord(a, b idem.Record) bool {
+func sameRecord(a, b idemtype.Record) bool {
 	a, b = normalize(a), normalize(b)
 	a.Now, b.Now = time.Time{}, time.Time{}
 	return reflect.DeepEqual(a, b)
@@ -20,8 +21,8 @@ func sameRecord(a, b idem.Record) bool {
 
 // normalize makes times comparable with == (same location) and empty
 // byte slices nil.
-func normalize(r idem.Record) idem.Record {
-	for _, p := range []*[]byte{&r.Result.Body, &r.Result.Meta} {
+func normalize(r idemtype.Record) idemtype.Record {
+	for _, p := range []*[]byte{&r.Body, &r.Meta} {
 		if len(*p) == 0 {
 			*p = nil
 		}
@@ -114,7 +115,7 @@ func testScopeIsolation(t *testing.T, s *suite) {
 		}
 	}
 	for _, scope := range []string{"alice", "bob"} {
-		recs, err := l.List(f.ctx, idem.ListFilter{Scope: scope})
+		recs, err := l.List(f.ctx, idemtype.ListFilter{Scope: scope})
 		if err != nil {
 			t.Fatal(err)
 		}

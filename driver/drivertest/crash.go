@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/internal/crashpoint"
 )
 
@@ -30,7 +31,7 @@ func testCrash(t *testing.T, s *suite) {
 			createEffects(t, l)
 			op := idem.Op{Scope: "crash", Key: "order-1", Fingerprint: "fp"}
 
-			ch := startChild(t, "do", childArgs{URL: f.url, Scope: op.Scope, Keys: []string{op.Key},
+			ch := startChild(t, "do", childArgs{Target: f.target.Name, DB: f.db, Scope: op.Scope, Keys: []string{op.Key},
 				LeaseMS: lease.Milliseconds(), ClockMS: t0.UnixMilli(), Body: "child result"},
 				crashpoint.EnvVar+"="+point)
 			ch.mustBeKilled(t)
@@ -43,8 +44,8 @@ func testCrash(t *testing.T, s *suite) {
 
 			if point == crashpoint.AfterCommit {
 				r := mustGet(t, f.ctx, l, op.Scope, op.Key)
-				if r.State != idem.StateSucceeded || string(r.Result.Body) != "child result" {
-					t.Fatalf("after a crash after commit: record %s body %q, want succeeded with the child's result", r.State, r.Result.Body)
+				if r.State != idemtype.StateSucceeded || string(r.Body) != "child result" {
+					t.Fatalf("after a crash after commit: record %s body %q, want succeeded with the child's result", r.State, r.Body)
 				}
 				res, err := l.Do(f.ctx, op, fn)
 				if err != nil || !res.Replayed || string(res.Body) != "child result" || ran.Load() != 0 {
@@ -55,8 +56,8 @@ func testCrash(t *testing.T, s *suite) {
 					t.Fatalf("%d effect rows after a crash before commit, want 0", n)
 				}
 				r := mustGet(t, f.ctx, l, op.Scope, op.Key)
-				if r.State != idem.StateInProgress || r.Attempt != 1 || len(r.Result.Body) != 0 || !r.CompletedAt.IsZero() {
-					t.Fatalf("record %s attempt %d body %q completed %v; want in_progress attempt 1, no done mark", r.State, r.Attempt, r.Result.Body, r.CompletedAt)
+				if r.State != idemtype.StateInProgress || r.Attempt != 1 || len(r.Body) != 0 || !r.CompletedAt.IsZero() {
+					t.Fatalf("record %s attempt %d body %q completed %v; want in_progress attempt 1, no done mark", r.State, r.Attempt, r.Body, r.CompletedAt)
 				}
 				// Under the dead holder's lease the key stays taken.
 				mustClaim(t, f.ctx, l, op, idem.InFlight)

@@ -3,22 +3,33 @@
 // between databases is a bug or a documented exception (a case that does not
 // apply says so with t.Skip).
 //
-// A driver's test package uses it like this:
+// It takes a driver as a value, so a driver written outside this module
+// proves itself the same way. A driver's test package uses it like this:
 //
-//	func TestMain(m *testing.M) { drivertest.Main(m) }
-//
-//	func TestConformance(t *testing.T) {
-//		drivertest.Run(t, "sqlite", func(t testing.TB) string {
-//			return "sqlite:" + filepath.Join(t.TempDir(), "idem.db")
-//		})
+//	var target = drivertest.Target{
+//		Name:  "sqlite",
+//		NewDB: func(t testing.TB) string { return filepath.Join(t.TempDir(), "idem.db") },
+//		Open: func(ctx context.Context, db string) (driver.Driver, error) {
+//			h, err := sql.Open("sqlite", "file:"+db+"?_txlock=immediate")
+//			if err != nil {
+//				return nil, err
+//			}
+//			return sqlite.New(h, &sqlite.Options{CloseDB: true}), nil
+//		},
 //	}
+//
+//	func TestMain(m *testing.M) { drivertest.Main(m, target) }
+//
+//	func TestConformance(t *testing.T) { drivertest.Run(t, target) }
 //
 // Main is required: several cases re-execute the test binary as a child
 // process (racing processes, SIGKILL at a crash point, SIGSTOP past a lease),
-// and Main runs the child's role instead of the tests.
+// and Main runs the child's role, on the target it names, instead of the
+// tests.
 //
-// Every case opens its ledgers with idem.Open on a fresh database from
-// newURL, so the suite tests what users get, not driver internals. Most
+// Every case opens its ledgers with idem.New on drivers that Target.Open
+// makes on a fresh database, so the suite tests what users get, not driver
+// internals. Most
 // cases move time with an injected clock (idem.Options.Clock); the few that
 // need the real database clock wait on it by polling the record, never by
 // asserting wall-clock durations. Randomized cases log their seed; set
@@ -41,6 +52,7 @@ import (
 	"github.com/idemdev/idem"
 	"github.com/idemdev/idem/driver"
 	"github.com/idemdev/idem/driver/postgres"
+	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/internal/pgtest"
 )
 
@@ -56,17 +68,44 @@ const LogEnv = "IDEM_TEST_LOG"
 // started by the suite it runs the child's role and exits; otherwise it runs
 // the tests through pgtest.Main, which closes the shared PostgreSQL cluster
 // if one was started.
-func Main(m *testing.M) {
+func Main(m *testing.M, targets ...Target) {
 	if role := os.Getenv(childRoleEnv); role != "" {
-		os.Exit(runChild(role))
+		os.Exit(runChild(role, targets))
 	}
 	pgtest.Main(m)
 }
 
+// Target is a driver under test.
+type Target struct {
+	// Name labels the subtests (TestConformance/sqlite/ClaimRace) and tells
+	// a child process which target to open.
+	Name string
+	// NewDB returns the name of a fresh, empty database (a path, a URL:
+	// whatever Open takes), one per case. Several drivers, in this process
+	// and in child processes, open it at once.
+	NewDB func(t testing.TB) string
+	// Open makes a driver on db, not yet set up (idem.New sets it up),
+	// that releases what it opened when closed.
+	Open func(ctx context.Context, db string) (driver.Driver, error)
+}
+
+// openLedger opens a ledger on db through the target's driver.
+func (tg Target) openLedger(ctx context.Context, db string, opts *idem.Options) (*idem.Ledger, error) {
+	drv, err := tg.Open(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	l, err := idem.New(ctx, drv, opts)
+	if err != nil {
+		drv.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
 // suite is one driver under test.
 type suite struct {
-	name   string
-	newURL func(t testing.TB) string
+	target Target
 }
 
 type testCase struct {
@@ -103,12 +142,10 @@ var cases = []testCase{
 	{"Model", testModel},
 }
 
-// Run runs the conformance suite against one driver. name labels the
-// subtests (TestConformance/sqlite/ClaimRace); newURL returns the URL of a
-// fresh, empty database for each case.
-func Run(t *testing.T, name string, newURL func(t testing.TB) string) {
-	s := &suite{name: name, newURL: newURL}
-	t.Run(name, func(t *testing.T) {
+// Run runs the conformance suite against one driver.
+func Run(t *testing.T, tg Target) {
+	s := &suite{target: tg}
+	t.Run(tg.Name, func(t *testing.T) {
 		for _, c := range cases {
 			t.Run(c.name, func(t *testing.T) {
 				t.Parallel()
@@ -120,14 +157,20 @@ func Run(t *testing.T, name string, newURL func(t testing.TB) string) {
 
 // fixture is one case's database.
 type fixture struct {
-	t   *testing.T
-	url string
-	ctx context.Context
+	t      *testing.T
+	target Target
+	db     string
+	ctx    context.Context
 }
 
 func (s *suite) setup(t *testing.T) *fixture {
 	t.Helper()
-	return &fixture{t: t, url: s.newURL(t), ctx: t.Context()}
+	return &fixture{t: t, target: s.target, db: s.target.NewDB(t), ctx: t.Context()}
+}
+
+// openLedger opens a ledger on the fixture's database.
+func (f *fixture) openLedger(opts *idem.Options) (*idem.Ledger, error) {
+	return f.target.openLedger(f.ctx, f.db, opts)
 }
 
 // open opens a ledger on the fixture's database, closed at cleanup.
@@ -140,9 +183,9 @@ func (f *fixture) open(opts *idem.Options) *idem.Ledger {
 	if o.Logger == nil {
 		o.Logger = testLogger()
 	}
-	l, err := idem.Open(f.ctx, f.url, &o)
+	l, err := f.openLedger(&o)
 	if err != nil {
-		f.t.Fatalf("open %s: %v", f.url, err)
+		f.t.Fatalf("open %s: %v", f.db, err)
 	}
 	f.t.Cleanup(func() { l.Close() })
 	return l
@@ -219,7 +262,7 @@ const effectsDDL = `CREATE TABLE IF NOT EXISTS effects (
 
 func createEffects(t testing.TB, l *idem.Ledger) {
 	t.Helper()
-	if _, err := l.Driver().DB().ExecContext(context.Background(), effectsDDL); err != nil {
+	if _, err := l.DB().ExecContext(context.Background(), effectsDDL); err != nil {
 		t.Fatalf("create effects: %v", err)
 	}
 }
@@ -234,7 +277,7 @@ func insertEffect(ctx context.Context, l *idem.Ledger, q driver.Querier, scope, 
 // effects counts effect rows by key within scope.
 func effects(t testing.TB, l *idem.Ledger, scope string) map[string]int {
 	t.Helper()
-	rows, err := l.Driver().DB().QueryContext(context.Background(),
+	rows, err := l.DB().QueryContext(context.Background(),
 		rebind(l, `SELECT key, count(*) FROM effects WHERE scope = ? GROUP BY key`), scope)
 	if err != nil {
 		t.Fatalf("count effects: %v", err)
@@ -259,7 +302,7 @@ func effects(t testing.TB, l *idem.Ledger, scope string) map[string]int {
 func rowCount(t testing.TB, l *idem.Ledger) int {
 	t.Helper()
 	var n int
-	if err := l.Driver().DB().QueryRowContext(context.Background(), `SELECT count(*) FROM idem_keys`).Scan(&n); err != nil {
+	if err := l.DB().QueryRowContext(context.Background(), `SELECT count(*) FROM idem_keys`).Scan(&n); err != nil {
 		t.Fatalf("count idem_keys: %v", err)
 	}
 	return n
@@ -268,7 +311,7 @@ func rowCount(t testing.TB, l *idem.Ledger) int {
 // begin starts a user transaction on the ledger's database.
 func begin(t testing.TB, ctx context.Context, l *idem.Ledger) *sql.Tx {
 	t.Helper()
-	tx, err := l.Driver().DB().BeginTx(ctx, nil)
+	tx, err := l.DB().BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatalf("begin: %v", err)
 	}
@@ -288,7 +331,7 @@ func mustClaim(t testing.TB, ctx context.Context, l *idem.Ledger, op idem.Op, wa
 	return c
 }
 
-func mustGet(t testing.TB, ctx context.Context, l *idem.Ledger, scope, key string) idem.Record {
+func mustGet(t testing.TB, ctx context.Context, l *idem.Ledger, scope, key string) idemtype.Record {
 	t.Helper()
 	r, err := l.Get(ctx, scope, key)
 	if err != nil {
@@ -300,10 +343,11 @@ func mustGet(t testing.TB, ctx context.Context, l *idem.Ledger, scope, key strin
 // completeWithEffect is the transaction-bound way to finish a held claim:
 // the effect row and the done mark commit together.
 func completeWithEffect(ctx context.Context, l *idem.Ledger, c *idem.Claim, r idem.Result) error {
-	tx, err := l.Driver().DB().BeginTx(ctx, nil)
+	tx, end, err := l.Driver().Begin(ctx)
 	if err != nil {
 		return err
 	}
+	defer end()
 	defer tx.Rollback()
 	if err := insertEffect(ctx, l, tx, c.Op.Scope, c.Op.Key, c.Token); err != nil {
 		return fmt.Errorf("insert effect: %w", err)

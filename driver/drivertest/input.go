@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/idemtype"
 )
 
 // testBadInput: every malformed op is refused with an *InputError matching
@@ -24,7 +25,7 @@ func testBadInput(t *testing.T, s *suite) {
 		}
 	}
 	before := rowCount(t, l)
-	recsBefore, err := l.List(f.ctx, idem.ListFilter{Limit: 1000})
+	recsBefore, err := l.List(f.ctx, idemtype.ListFilter{Limit: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +54,7 @@ func testBadInput(t *testing.T, s *suite) {
 		{"lease of 1ns", idem.Op{Key: "k", Lease: time.Nanosecond}, "lease"},
 		{"lease beyond the maximum", idem.Op{Key: "k", Lease: 365 * 24 * time.Hour}, "lease"},
 		{"negative retention", idem.Op{Key: "k", Retention: -time.Hour}, "retention"},
-		{"reconcile without a reconciler", idem.Op{Key: "k", Stale: idem.Reconcile}, "stale"},
+		{"reconcile without a reconciler", idem.Op{Key: "k", Stale: idem.StaleReconcile}, "stale"},
 		// An existing key: a bad field must not turn into a claim of it.
 		{"existing key with a bad lease", idem.Op{Key: "a", Fingerprint: "fp", Lease: -1}, "lease"},
 	}
@@ -115,7 +116,7 @@ func testBadInput(t *testing.T, s *suite) {
 		"ClaimTx(nil tx)":      func() error { _, err := l.ClaimTx(f.ctx, nil, idem.Op{Key: "new"}); return err }(),
 		"CompleteTx(nil tx)":   l.CompleteTx(f.ctx, nil, inflight, idem.Result{}),
 		"Resolve(as in_progress)": func() error {
-			_, err := l.Resolve(f.ctx, "", "a", idem.Resolution{As: idem.StateInProgress})
+			_, err := l.Resolve(f.ctx, "", "a", idem.Resolution{As: idemtype.StateInProgress})
 			return err
 		}(),
 	} {
@@ -123,7 +124,7 @@ func testBadInput(t *testing.T, s *suite) {
 			t.Errorf("%s: %v, want ErrInvalid", name, err)
 		}
 	}
-	recsAfter, err := l.List(f.ctx, idem.ListFilter{Limit: 1000})
+	recsAfter, err := l.List(f.ctx, idemtype.ListFilter{Limit: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,8 +132,8 @@ func testBadInput(t *testing.T, s *suite) {
 		t.Fatalf("List: %d records, want %d", len(recsAfter), len(recsBefore)+3)
 	}
 	for _, k := range []string{"a", "b"} {
-		if r := mustGet(t, f.ctx, l, "", k); r.State != idem.StateSucceeded || string(r.Result.Body) != k || r.Attempt != 1 {
-			t.Errorf("record %s: %s attempt %d body %q, want untouched", k, r.State, r.Attempt, r.Result.Body)
+		if r := mustGet(t, f.ctx, l, "", k); r.State != idemtype.StateSucceeded || string(r.Body) != k || r.Attempt != 1 {
+			t.Errorf("record %s: %s attempt %d body %q, want untouched", k, r.State, r.Attempt, r.Body)
 		}
 	}
 
@@ -141,14 +142,14 @@ func testBadInput(t *testing.T, s *suite) {
 		"negative lease":   {Lease: -time.Second},
 		"retention of 1ns": {Retention: time.Nanosecond},
 	} {
-		if l2, err := idem.Open(f.ctx, f.url, o); !errors.Is(err, idem.ErrInvalid) {
+		if l2, err := f.openLedger(o); !errors.Is(err, idem.ErrInvalid) {
 			if l2 != nil {
 				l2.Close()
 			}
 			t.Errorf("Open with %s: %v, want ErrInvalid", name, err)
 		}
 	}
-	if l2, err := idem.Open(f.ctx, f.url, &idem.Options{Stale: idem.Reconcile}); err == nil {
+	if l2, err := f.openLedger(&idem.Options{Stale: idem.StaleReconcile}); err == nil {
 		l2.Close()
 		t.Errorf("Open with the Reconcile policy and no Reconciler succeeded")
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/idemtype"
 )
 
 // checkFencedOut asserts that every write of an old holder is refused with
@@ -63,9 +64,9 @@ func testLeaseExpiry(t *testing.T, s *suite) {
 	}
 	checkFencedOut(t, f, l, old)
 	r := mustGet(t, f.ctx, l, "", op.Key)
-	if r.State != idem.StateInProgress || r.Attempt != cur.Token || len(r.Result.Body) != 0 || !r.LeaseUntil.Equal(cur.LeaseUntil) {
+	if r.State != idemtype.StateInProgress || r.Attempt != cur.Token || len(r.Body) != 0 || !r.LeaseUntil.Equal(cur.LeaseUntil) {
 		t.Fatalf("after the old holder's writes: state %s attempt %d body %q lease %v; want in_progress, %d, no result, %v",
-			r.State, r.Attempt, r.Result.Body, r.LeaseUntil, cur.Token, cur.LeaseUntil)
+			r.State, r.Attempt, r.Body, r.LeaseUntil, cur.Token, cur.LeaseUntil)
 	}
 
 	if err := l.Complete(f.ctx, cur, idem.Result{Status: 200, Body: []byte("new holder")}); err != nil {
@@ -87,8 +88,8 @@ func testLeaseExpiry(t *testing.T, s *suite) {
 	if err := l.Complete(f.ctx, lapsed, idem.Result{Body: []byte("late")}); !errors.Is(err, idem.ErrLeaseLost) {
 		t.Fatalf("Complete after the lease ended: %v, want ErrLeaseLost", err)
 	}
-	if r := mustGet(t, f.ctx, l, "", op2.Key); !r.Stale() || r.Attempt != 1 || len(r.Result.Body) != 0 {
-		t.Fatalf("lapsed record: %s attempt %d body %q stale %v; want a stale in_progress record without result", r.State, r.Attempt, r.Result.Body, r.Stale())
+	if r := mustGet(t, f.ctx, l, "", op2.Key); !r.Stale() || r.Attempt != 1 || len(r.Body) != 0 {
+		t.Fatalf("lapsed record: %s attempt %d body %q stale %v; want a stale in_progress record without result", r.State, r.Attempt, r.Body, r.Stale())
 	}
 }
 
@@ -111,8 +112,8 @@ func testLeaseExpiryDatabaseClock(t *testing.T, s *suite) {
 	if err := l.Heartbeat(f.ctx, old); !errors.Is(err, idem.ErrLeaseLost) {
 		t.Fatalf("old holder Heartbeat: %v, want ErrLeaseLost", err)
 	}
-	if r := mustGet(t, f.ctx, l, "", op.Key); r.Attempt != cur.Token || r.State != idem.StateInProgress || len(r.Result.Body) != 0 {
-		t.Fatalf("record %s attempt %d body %q, want in_progress attempt %d without result", r.State, r.Attempt, r.Result.Body, cur.Token)
+	if r := mustGet(t, f.ctx, l, "", op.Key); r.Attempt != cur.Token || r.State != idemtype.StateInProgress || len(r.Body) != 0 {
+		t.Fatalf("record %s attempt %d body %q, want in_progress attempt %d without result", r.State, r.Attempt, r.Body, cur.Token)
 	}
 }
 
@@ -171,7 +172,7 @@ func pausedHolder(t *testing.T, s *suite, parentFirst bool) {
 	// not because the parent's lease happened to run out too.
 	op := idem.Op{Key: "paused", Fingerprint: "fp", Lease: lease}
 
-	ch := startChild(t, "hold", childArgs{URL: f.url, Keys: []string{op.Key}, LeaseMS: lease.Milliseconds(), Body: "child"})
+	ch := startChild(t, "hold", childArgs{Target: f.target.Name, DB: f.db, Keys: []string{op.Key}, LeaseMS: lease.Milliseconds(), Body: "child"})
 	if e := ch.next(t, "claimed"); e.Outcome != idem.Acquired.String() || e.Token != 1 {
 		t.Fatalf("child claimed %+v, want acquired with token 1", e)
 	}
@@ -206,14 +207,14 @@ func pausedHolder(t *testing.T, s *suite, parentFirst bool) {
 	}
 	ch.mustExitZero(t)
 	if !parentFirst {
-		if r := mustGet(t, f.ctx, l, "", op.Key); r.State != idem.StateInProgress || r.Attempt != 2 || len(r.Result.Body) != 0 {
-			t.Fatalf("record after the child's refused Complete: %s attempt %d body %q; want the parent's claim untouched", r.State, r.Attempt, r.Result.Body)
+		if r := mustGet(t, f.ctx, l, "", op.Key); r.State != idemtype.StateInProgress || r.Attempt != 2 || len(r.Body) != 0 {
+			t.Fatalf("record after the child's refused Complete: %s attempt %d body %q; want the parent's claim untouched", r.State, r.Attempt, r.Body)
 		}
 		complete()
 	}
 
 	r := mustGet(t, f.ctx, l, "", op.Key)
-	if r.State != idem.StateSucceeded || string(r.Result.Body) != "parent" || r.Attempt != 2 {
-		t.Fatalf("record %s attempt %d body %q; want succeeded at attempt 2 with the parent's result", r.State, r.Attempt, r.Result.Body)
+	if r.State != idemtype.StateSucceeded || string(r.Body) != "parent" || r.Attempt != 2 {
+		t.Fatalf("record %s attempt %d body %q; want succeeded at attempt 2 with the parent's result", r.State, r.Attempt, r.Body)
 	}
 }

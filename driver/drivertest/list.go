@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/idemtype"
 )
 
 // testList: the operator's view filters by state, scope and staleness,
@@ -33,7 +34,7 @@ func testList(t *testing.T, s *suite) {
 	}
 	step()
 
-	keys := func(f idem.ListFilter) []string {
+	keys := func(f idemtype.ListFilter) []string {
 		t.Helper()
 		recs, err := l.List(t.Context(), f)
 		if err != nil {
@@ -46,16 +47,16 @@ func testList(t *testing.T, s *suite) {
 		return out
 	}
 	for _, c := range []struct {
-		f    idem.ListFilter
+		f    idemtype.ListFilter
 		want []string
 	}{
-		{idem.ListFilter{}, []string{"b/parked", "b/live", "a/stale", "a/done"}},
-		{idem.ListFilter{Limit: 2}, []string{"b/parked", "b/live"}},
-		{idem.ListFilter{Scope: "a"}, []string{"a/stale", "a/done"}},
-		{idem.ListFilter{State: idem.StateInProgress}, []string{"b/live", "a/stale"}},
-		{idem.ListFilter{State: idem.StateParked}, []string{"b/parked"}},
-		{idem.ListFilter{Stale: true}, []string{"a/stale"}},
-		{idem.ListFilter{Stale: true, Scope: "b"}, nil},
+		{idemtype.ListFilter{}, []string{"b/parked", "b/live", "a/stale", "a/done"}},
+		{idemtype.ListFilter{Limit: 2}, []string{"b/parked", "b/live"}},
+		{idemtype.ListFilter{Scope: "a"}, []string{"a/stale", "a/done"}},
+		{idemtype.ListFilter{State: idemtype.StateInProgress}, []string{"b/live", "a/stale"}},
+		{idemtype.ListFilter{State: idemtype.StateParked}, []string{"b/parked"}},
+		{idemtype.ListFilter{Stale: true}, []string{"a/stale"}},
+		{idemtype.ListFilter{Stale: true, Scope: "b"}, nil},
 	} {
 		if got := keys(c.f); !slices.Equal(got, c.want) {
 			t.Errorf("List(%+v) = %v, want %v", c.f, got, c.want)

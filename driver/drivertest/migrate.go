@@ -14,7 +14,7 @@ func testMigrate(t *testing.T, s *suite) {
 		f := s.setup(t)
 		ledgers := make([]*idem.Ledger, 8)
 		errs := make([]error, len(ledgers))
-		race(len(ledgers), func(i int) { ledgers[i], errs[i] = idem.Open(f.ctx, f.url, &idem.Options{Logger: testLogger()}) })
+		race(len(ledgers), func(i int) { ledgers[i], errs[i] = f.openLedger(&idem.Options{Logger: testLogger()}) })
 		for i, err := range errs {
 			if err != nil {
 				t.Fatalf("open %d: %v", i, err)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/idemtype"
 	"pgregory.net/rapid"
 )
 
@@ -30,7 +31,7 @@ type mkey struct{ scope, key string }
 
 // mrec is the model of one record; a key without one is "none".
 type mrec struct {
-	state   idem.State
+	state   idemtype.State
 	attempt int64
 	fp      string
 	holder  int // which claim holds it (stands for the lease id)
@@ -62,26 +63,26 @@ func (m *model) claim(k mkey, fp string, now time.Time) (out idem.Outcome, r *mr
 			m.recs[k] = r
 		}
 		m.holders++
-		*r = mrec{state: idem.StateInProgress, attempt: r.attempt + 1, fp: fp, holder: m.holders, lease: now.Add(modelLease), updated: now}
+		*r = mrec{state: idemtype.StateInProgress, attempt: r.attempt + 1, fp: fp, holder: m.holders, lease: now.Add(modelLease), updated: now}
 		return o, r
 	}
 	if r == nil {
 		return take(idem.Acquired)
 	}
-	done := r.state == idem.StateSucceeded || r.state == idem.StateFailed || r.state == idem.StateTombstone
+	done := r.state == idemtype.StateSucceeded || r.state == idemtype.StateFailed || r.state == idemtype.StateTombstone
 	switch {
-	case r.state == idem.StateReleased || (done && !r.tomb.After(now)):
+	case r.state == idemtype.StateReleased || (done && !r.tomb.After(now)):
 		return take(idem.Acquired)
 	case r.fp != fp:
 		return idem.Mismatch, r
-	case r.state == idem.StateInProgress && r.lease.After(now):
+	case r.state == idemtype.StateInProgress && r.lease.After(now):
 		return idem.InFlight, r
-	case r.state == idem.StateInProgress:
+	case r.state == idemtype.StateInProgress:
 		return take(idem.Reclaimed)
-	case done && r.state != idem.StateTombstone && r.expires.After(now):
+	case done && r.state != idemtype.StateTombstone && r.expires.After(now):
 		return idem.Replay, r
 	case done:
-		return idem.Expired, r
+		return outcomeExpired, r
 	default:
 		return idem.Parked, r
 	}
@@ -90,17 +91,17 @@ func (m *model) claim(k mkey, fp string, now time.Time) (out idem.Outcome, r *mr
 // held reports whether h still holds its key at now.
 func (m *model) held(h mclaim, now time.Time) (*mrec, bool) {
 	r := m.recs[h.k]
-	return r, r != nil && r.state == idem.StateInProgress && r.holder == h.holder && r.lease.After(now)
+	return r, r != nil && r.state == idemtype.StateInProgress && r.holder == h.holder && r.lease.After(now)
 }
 
 func (m *model) prune(now time.Time) {
 	for k, r := range m.recs {
-		if (r.state == idem.StateSucceeded || r.state == idem.StateFailed) && !r.expires.After(now) {
-			r.state, r.status, r.body = idem.StateTombstone, 0, nil
+		if (r.state == idemtype.StateSucceeded || r.state == idemtype.StateFailed) && !r.expires.After(now) {
+			r.state, r.status, r.body = idemtype.StateTombstone, 0, nil
 			r.updated = now
 		}
-		if (r.state == idem.StateTombstone && !r.tomb.After(now)) ||
-			(r.state == idem.StateReleased && !r.updated.Add(modelRetention).After(now)) {
+		if (r.state == idemtype.StateTombstone && !r.tomb.After(now)) ||
+			(r.state == idemtype.StateReleased && !r.updated.Add(modelRetention).After(now)) {
 			delete(m.recs, k)
 		}
 	}
@@ -133,7 +134,7 @@ func seedRapid(t *testing.T) (restore func()) {
 func testModel(t *testing.T, s *suite) {
 	f := s.setup(t)
 	clk := newClock()
-	l := f.open(&idem.Options{Clock: clk.Now, Lease: modelLease, Retention: modelRetention, TombstoneTTL: modelTTL, SyncNormal: true})
+	l := f.open(&idem.Options{Clock: clk.Now, Lease: modelLease, Retention: modelRetention, TombstoneTTL: modelTTL})
 	defer seedRapid(t)()
 	run := 0
 	rapid.Check(t, func(rt *rapid.T) {
@@ -164,11 +165,11 @@ func testModel(t *testing.T, s *suite) {
 			if got.State != want.state || got.Attempt != want.attempt || got.Fingerprint != want.fp {
 				rt.Fatalf("get %v: state %s attempt %d fp %q; model %s %d %q", k, got.State, got.Attempt, got.Fingerprint, want.state, want.attempt, want.fp)
 			}
-			if got.State == idem.StateInProgress && !got.LeaseUntil.Equal(want.lease) {
+			if got.State == idemtype.StateInProgress && !got.LeaseUntil.Equal(want.lease) {
 				rt.Fatalf("get %v: lease until %v; model %v", k, got.LeaseUntil, want.lease)
 			}
-			if !bytes.Equal(got.Result.Body, want.body) || got.Result.Status != want.status {
-				rt.Fatalf("get %v: result %d %q; model %d %q", k, got.Result.Status, got.Result.Body, want.status, want.body)
+			if !bytes.Equal(got.Body, want.body) || got.Status != want.status {
+				rt.Fatalf("get %v: result %d %q; model %d %q", k, got.Status, got.Body, want.status, want.body)
 			}
 		}
 		pickClaim := func(rt *rapid.T) mclaim {
@@ -177,10 +178,10 @@ func testModel(t *testing.T, s *suite) {
 			}
 			return claims[rapid.IntRange(0, len(claims)-1).Draw(rt, "claim")]
 		}
-		finish := func(rt *rapid.T, name string, st idem.State, write func(*idem.Claim, idem.Result) error) {
+		finish := func(rt *rapid.T, name string, st idemtype.State, write func(*idem.Claim, idem.Result) error) {
 			h := pickClaim(rt)
 			res := idem.Result{Status: rapid.IntRange(0, 599).Draw(rt, "status"), Body: rapid.SliceOfN(rapid.Byte(), 0, 8).Draw(rt, "body")}
-			if st == idem.StateReleased || st == idem.StateParked {
+			if st == idemtype.StateReleased || st == idemtype.StateParked {
 				res = idem.Result{}
 			}
 			now := clk.Now()
@@ -194,7 +195,7 @@ func testModel(t *testing.T, s *suite) {
 			case ok:
 				r.state, r.holder, r.lease, r.updated = st, 0, now, now
 				r.status, r.body = res.Status, res.Body
-				if st == idem.StateSucceeded || st == idem.StateFailed {
+				if st == idemtype.StateSucceeded || st == idemtype.StateFailed {
 					r.expires, r.tomb = now.Add(modelRetention), now.Add(modelRetention+modelTTL)
 				}
 			}
@@ -209,7 +210,7 @@ func testModel(t *testing.T, s *suite) {
 				c, err := l.Claim(f.ctx, idem.Op{Scope: k.scope, Key: k.key, Fingerprint: fp})
 				want, r := m.claim(k, fp, now)
 				touched = &k
-				if want == idem.Expired {
+				if want == outcomeExpired {
 					var ce *idem.ConflictError
 					if !errors.Is(err, idem.ErrExpired) || !errors.As(err, &ce) || ce.Record.Attempt != r.attempt {
 						rt.Fatalf("claim %v %s: %+v, %v; model says expired at attempt %d", k, fp, c, err, r.attempt)
@@ -240,16 +241,16 @@ func testModel(t *testing.T, s *suite) {
 				}
 			},
 			"complete": func(rt *rapid.T) {
-				finish(rt, "Complete", idem.StateSucceeded, func(c *idem.Claim, r idem.Result) error { return l.Complete(f.ctx, c, r) })
+				finish(rt, "Complete", idemtype.StateSucceeded, func(c *idem.Claim, r idem.Result) error { return l.Complete(f.ctx, c, r) })
 			},
 			"fail": func(rt *rapid.T) {
-				finish(rt, "Fail", idem.StateFailed, func(c *idem.Claim, r idem.Result) error { return l.Fail(f.ctx, c, r) })
+				finish(rt, "Fail", idemtype.StateFailed, func(c *idem.Claim, r idem.Result) error { return l.Fail(f.ctx, c, r) })
 			},
 			"release": func(rt *rapid.T) {
-				finish(rt, "Release", idem.StateReleased, func(c *idem.Claim, _ idem.Result) error { return l.Release(f.ctx, c) })
+				finish(rt, "Release", idemtype.StateReleased, func(c *idem.Claim, _ idem.Result) error { return l.Release(f.ctx, c) })
 			},
 			"park": func(rt *rapid.T) {
-				finish(rt, "Park", idem.StateParked, func(c *idem.Claim, _ idem.Result) error { return l.Park(f.ctx, c) })
+				finish(rt, "Park", idemtype.StateParked, func(c *idem.Claim, _ idem.Result) error { return l.Park(f.ctx, c) })
 			},
 			"heartbeat": func(rt *rapid.T) {
 				h := pickClaim(rt)
@@ -298,3 +299,7 @@ func testModel(t *testing.T, s *suite) {
 		}
 	})
 }
+
+// outcomeExpired is the model's name for a claim refused with ErrExpired,
+// which Claim reports as an error rather than an outcome.
+const outcomeExpired = idem.Outcome(-1)

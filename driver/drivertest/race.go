@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/idemtype"
 )
 
 const racers = 64
@@ -56,7 +57,7 @@ func testClaimRace(t *testing.T, s *suite) {
 			}
 			winner = c
 		case idem.InFlight:
-			if c.Record.State != idem.StateInProgress || c.Record.Attempt != 1 {
+			if c.Record.State != idemtype.StateInProgress || c.Record.Attempt != 1 {
 				t.Errorf("in-flight claim %d saw record %s attempt %d, want in_progress attempt 1", i, c.Record.State, c.Record.Attempt)
 			}
 		default:
@@ -168,7 +169,7 @@ func testProcessRace(t *testing.T, s *suite) {
 
 	children := make([]*child, procs)
 	for i := range children {
-		children[i] = startChild(t, "race", childArgs{URL: f.url, Scope: scope, Keys: keys, Goroutines: goroutines})
+		children[i] = startChild(t, "race", childArgs{Target: f.target.Name, DB: f.db, Scope: scope, Keys: keys, Goroutines: goroutines})
 	}
 	for _, c := range children {
 		c.next(t, "ready")
@@ -226,8 +227,8 @@ func testProcessRace(t *testing.T, s *suite) {
 	}
 	for _, k := range keys {
 		r := mustGet(t, f.ctx, l, scope, k)
-		if r.State != idem.StateSucceeded || r.Attempt != 1 || string(r.Result.Body) != "done "+k {
-			t.Errorf("record %s: state %s attempt %d body %q; want succeeded, 1, %q", k, r.State, r.Attempt, r.Result.Body, "done "+k)
+		if r.State != idemtype.StateSucceeded || r.Attempt != 1 || string(r.Body) != "done "+k {
+			t.Errorf("record %s: state %s attempt %d body %q; want succeeded, 1, %q", k, r.State, r.Attempt, r.Body, "done "+k)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/idemtype"
 )
 
 // testResolve covers the operator's decisions: a parked key resolved as
@@ -41,8 +42,8 @@ func testResolve(t *testing.T, s *suite) {
 		e := setup(t)
 		op := idem.Op{Scope: "s", Key: "k", Fingerprint: "fp"}
 		park(t, e, op)
-		r, err := e.l.Resolve(e.f.ctx, "s", "k", idem.Resolution{As: idem.StateSucceeded, Result: idem.Result{Status: 200, Body: []byte("confirmed by operator")}})
-		if err != nil || r.State != idem.StateSucceeded || r.Attempt != 1 {
+		r, err := e.l.Resolve(e.f.ctx, "s", "k", idem.Resolution{As: idemtype.StateSucceeded, Result: idem.Result{Status: 200, Body: []byte("confirmed by operator")}})
+		if err != nil || r.State != idemtype.StateSucceeded || r.Attempt != 1 {
 			t.Fatalf("resolve: %+v, %v; want succeeded at attempt 1", r, err)
 		}
 		c := mustClaim(t, e.f.ctx, e.l, op, idem.Replay)
@@ -53,11 +54,11 @@ func testResolve(t *testing.T, s *suite) {
 		if err != nil || string(res.Body) != "confirmed by operator" {
 			t.Fatalf("Do after resolution: %q, %v", res.Body, err)
 		}
-		if _, err := e.l.Resolve(e.f.ctx, "s", "k", idem.Resolution{As: idem.StateReleased}); err == nil || errors.Is(err, idem.ErrLiveLease) {
+		if _, err := e.l.Resolve(e.f.ctx, "s", "k", idem.Resolution{As: idemtype.StateReleased}); err == nil || errors.Is(err, idem.ErrLiveLease) {
 			t.Fatalf("resolving a completed record: %v, want an error that is not ErrLiveLease", err)
 		}
-		if r := mustGet(t, e.f.ctx, e.l, "s", "k"); r.State != idem.StateSucceeded || string(r.Result.Body) != "confirmed by operator" {
-			t.Fatalf("a refused resolution changed the record: %s %q", r.State, r.Result.Body)
+		if r := mustGet(t, e.f.ctx, e.l, "s", "k"); r.State != idemtype.StateSucceeded || string(r.Body) != "confirmed by operator" {
+			t.Fatalf("a refused resolution changed the record: %s %q", r.State, r.Body)
 		}
 	})
 
@@ -66,7 +67,7 @@ func testResolve(t *testing.T, s *suite) {
 		e := setup(t)
 		op := idem.Op{Key: "k", Fingerprint: "fp"}
 		park(t, e, op)
-		if _, err := e.l.Resolve(e.f.ctx, "", "k", idem.Resolution{As: idem.StateFailed, Result: idem.Result{Status: 402, Body: []byte("refunded")}}); err != nil {
+		if _, err := e.l.Resolve(e.f.ctx, "", "k", idem.Resolution{As: idemtype.StateFailed, Result: idem.Result{Status: 402, Body: []byte("refunded")}}); err != nil {
 			t.Fatal(err)
 		}
 		res, err := e.l.Do(e.f.ctx, op, noRun(t))
@@ -80,7 +81,7 @@ func testResolve(t *testing.T, s *suite) {
 		e := setup(t)
 		op := idem.Op{Key: "k", Fingerprint: "fp"}
 		park(t, e, op)
-		if _, err := e.l.Resolve(e.f.ctx, "", "k", idem.Resolution{As: idem.StateReleased}); err != nil {
+		if _, err := e.l.Resolve(e.f.ctx, "", "k", idem.Resolution{As: idemtype.StateReleased}); err != nil {
 			t.Fatal(err)
 		}
 		if c := mustClaim(t, e.f.ctx, e.l, op, idem.Acquired); c.Token != 2 {
@@ -94,7 +95,7 @@ func testResolve(t *testing.T, s *suite) {
 		op := idem.Op{Key: "k", Fingerprint: "fp"}
 		holder := mustClaim(t, e.f.ctx, e.l, op, idem.Acquired)
 		before := mustGet(t, e.f.ctx, e.l, "", "k")
-		res := idem.Resolution{As: idem.StateSucceeded, Result: idem.Result{Body: []byte("forced")}}
+		res := idem.Resolution{As: idemtype.StateSucceeded, Result: idem.Result{Body: []byte("forced")}}
 		if _, err := e.l.Resolve(e.f.ctx, "", "k", res); !errors.Is(err, idem.ErrLiveLease) {
 			t.Fatalf("resolve under a live lease: %v, want ErrLiveLease", err)
 		}
@@ -102,7 +103,7 @@ func testResolve(t *testing.T, s *suite) {
 			t.Fatalf("a refused resolution changed the record:\nbefore %+v\nafter  %+v", before, after)
 		}
 		res.Force = true
-		if r, err := e.l.Resolve(e.f.ctx, "", "k", res); err != nil || r.State != idem.StateSucceeded {
+		if r, err := e.l.Resolve(e.f.ctx, "", "k", res); err != nil || r.State != idemtype.StateSucceeded {
 			t.Fatalf("forced resolve: %+v, %v", r, err)
 		}
 		if err := e.l.Complete(e.f.ctx, holder, idem.Result{Body: []byte("holder")}); !errors.Is(err, idem.ErrLeaseLost) {
@@ -122,7 +123,7 @@ func testResolve(t *testing.T, s *suite) {
 		op := idem.Op{Key: "k", Fingerprint: "fp"}
 		mustClaim(t, e.f.ctx, e.l, op, idem.Acquired)
 		e.clk.Advance(time.Minute)
-		if _, err := e.l.Resolve(e.f.ctx, "", "k", idem.Resolution{As: idem.StateReleased}); err != nil {
+		if _, err := e.l.Resolve(e.f.ctx, "", "k", idem.Resolution{As: idemtype.StateReleased}); err != nil {
 			t.Fatalf("resolve a stale claim without force: %v", err)
 		}
 		if c := mustClaim(t, e.f.ctx, e.l, op, idem.Acquired); c.Token != 2 {
@@ -133,7 +134,7 @@ func testResolve(t *testing.T, s *suite) {
 	t.Run("NotFound", func(t *testing.T) {
 		t.Parallel()
 		e := setup(t)
-		if _, err := e.l.Resolve(e.f.ctx, "", "missing", idem.Resolution{As: idem.StateSucceeded}); !errors.Is(err, idem.ErrNotFound) {
+		if _, err := e.l.Resolve(e.f.ctx, "", "missing", idem.Resolution{As: idemtype.StateSucceeded}); !errors.Is(err, idem.ErrNotFound) {
 			t.Fatalf("resolve a missing key: %v, want ErrNotFound", err)
 		}
 		if n := rowCount(t, e.l); n != 0 {

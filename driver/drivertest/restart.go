@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/idemtype"
 )
 
 // RunRestart is the database-restart fault, for drivers with a server:
@@ -22,7 +23,7 @@ import (
 //
 // restart disturbs every connection to the server: do not run other tests
 // against it at the same time.
-func RunRestart(t *testing.T, url string, restart func(context.Context) error) {
+func RunRestart(t *testing.T, tg Target, db string, restart func(context.Context) error) {
 	const (
 		workers  = 8
 		nkeys    = 320
@@ -30,7 +31,7 @@ func RunRestart(t *testing.T, url string, restart func(context.Context) error) {
 		scope    = "restart"
 	)
 	ctx := t.Context()
-	l, err := idem.Open(ctx, url, &idem.Options{Lease: time.Second, Logger: testLogger()})
+	l, err := tg.openLedger(ctx, db, &idem.Options{Lease: time.Second, Logger: testLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,13 +146,13 @@ func RunRestart(t *testing.T, url string, restart func(context.Context) error) {
 			t.Errorf("key %s: %d effects (acknowledged: %v)", key, n, ok)
 		}
 	}
-	recs, err := l.List(ctx, idem.ListFilter{Scope: scope, Limit: nkeys + 1})
+	recs, err := l.List(ctx, idemtype.ListFilter{Scope: scope, Limit: nkeys + 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range recs {
-		if r.State != idem.StateSucceeded || string(r.Result.Body) != "done "+r.Key {
-			t.Errorf("record %s: %s %q, want succeeded with its own result", r.Key, r.State, r.Result.Body)
+		if r.State != idemtype.StateSucceeded || string(r.Body) != "done "+r.Key {
+			t.Errorf("record %s: %s %q, want succeeded with its own result", r.Key, r.State, r.Body)
 		}
 	}
 }

@@ -7,17 +7,18 @@ import (
 	"time"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/idemtype"
 )
 
 // expectExpired asserts that claiming op is refused as a late replay.
-func expectExpired(t *testing.T, f *fixture, l *idem.Ledger, op idem.Op, wantState idem.State) idem.Record {
+func expectExpired(t *testing.T, f *fixture, l *idem.Ledger, op idem.Op, wantState idemtype.State) idemtype.Record {
 	t.Helper()
 	c, err := l.Claim(f.ctx, op)
 	var ce *idem.ConflictError
 	if !errors.Is(err, idem.ErrExpired) || !errors.As(err, &ce) {
 		t.Fatalf("claim after retention: claim %+v, err %v; want a *ConflictError matching ErrExpired", c, err)
 	}
-	if ce.Outcome != idem.Expired || ce.Record.Key != op.Key || ce.Record.Scope != op.Scope || ce.Record.State != wantState || ce.Record.Fingerprint != op.Fingerprint {
+	if ce.Outcome.String() != "expired" || ce.Record.Key != op.Key || ce.Record.Scope != op.Scope || ce.Record.State != wantState || ce.Record.Fingerprint != op.Fingerprint {
 		t.Fatalf("expired conflict: outcome %v record %q/%q %s fp %q; want expired, %q/%q %s %q",
 			ce.Outcome, ce.Record.Scope, ce.Record.Key, ce.Record.State, ce.Record.Fingerprint, op.Scope, op.Key, wantState, op.Fingerprint)
 	}
@@ -57,26 +58,26 @@ func testRetention(t *testing.T, s *suite) {
 	}
 
 	clk.Advance(time.Millisecond) // retention over
-	rec := expectExpired(t, f, l, op, idem.StateSucceeded)
-	if string(rec.Result.Body) != "receipt" {
-		t.Errorf("expired conflict before prune carries body %q, want the record as stored", rec.Result.Body)
+	rec := expectExpired(t, f, l, op, idemtype.StateSucceeded)
+	if string(rec.Body) != "receipt" {
+		t.Errorf("expired conflict before prune carries body %q, want the record as stored", rec.Body)
 	}
 	st, err = l.Prune(f.ctx, nil)
 	if err != nil || st.Tombstoned != 1 || st.Deleted != 0 {
 		t.Fatalf("prune after retention: %+v, %v; want 1 tombstoned", st, err)
 	}
 	r = mustGet(t, f.ctx, l, "s", "k")
-	if r.State != idem.StateTombstone || len(r.Result.Body) != 0 || r.Result.Status != 0 || r.Fingerprint != "fp" || r.Attempt != 1 {
+	if r.State != idemtype.StateTombstone || len(r.Body) != 0 || r.Status != 0 || r.Fingerprint != "fp" || r.Attempt != 1 {
 		t.Fatalf("tombstone: state %s status %d body %q fp %q attempt %d; want tombstone without result, fingerprint kept",
-			r.State, r.Result.Status, r.Result.Body, r.Fingerprint, r.Attempt)
+			r.State, r.Status, r.Body, r.Fingerprint, r.Attempt)
 	}
-	expectExpired(t, f, l, op, idem.StateTombstone)
+	expectExpired(t, f, l, op, idemtype.StateTombstone)
 	if r2 := mustGet(t, f.ctx, l, "s", "k"); !sameRecord(r, r2) {
 		t.Fatalf("an expired claim changed the tombstone:\n%+v\n%+v", r, r2)
 	}
 
 	clk.Advance(ttl - time.Millisecond)
-	expectExpired(t, f, l, op, idem.StateTombstone)
+	expectExpired(t, f, l, op, idemtype.StateTombstone)
 	if st, err := l.Prune(f.ctx, nil); err != nil || st.Deleted != 0 || st.Tombstoned != 0 {
 		t.Fatalf("prune inside the tombstone window: %+v, %v; want nothing changed", st, err)
 	}
@@ -101,8 +102,8 @@ func testRetention(t *testing.T, s *suite) {
 	}
 	clk.Advance(retention + ttl)
 	op2.Fingerprint = "another request"
-	if c := mustClaim(t, f.ctx, l, op2, idem.Acquired); c.Token != 2 || c.Record.Fingerprint != "another request" || len(c.Record.Result.Body) != 0 {
-		t.Fatalf("claim past the tombstone window: token %d fp %q body %q; want 2, the new fingerprint, no result", c.Token, c.Record.Fingerprint, c.Record.Result.Body)
+	if c := mustClaim(t, f.ctx, l, op2, idem.Acquired); c.Token != 2 || c.Record.Fingerprint != "another request" || len(c.Record.Body) != 0 {
+		t.Fatalf("claim past the tombstone window: token %d fp %q body %q; want 2, the new fingerprint, no result", c.Token, c.Record.Fingerprint, c.Record.Body)
 	}
 }
 
@@ -151,7 +152,7 @@ func testPruneBatches(t *testing.T, s *suite) {
 			t.Errorf("progress %d: %+v, want batch %d with %d tombstoned", i, p, i+1, min(n, (i+1)*size))
 		}
 	}
-	if recs, err := l.List(f.ctx, idem.ListFilter{State: idem.StateTombstone}); err != nil || len(recs) != n {
+	if recs, err := l.List(f.ctx, idemtype.ListFilter{State: idemtype.StateTombstone}); err != nil || len(recs) != n {
 		t.Fatalf("List(tombstone) = %d records, %v; want %d", len(recs), err, n)
 	}
 
@@ -189,7 +190,7 @@ func testPruneSpares(t *testing.T, s *suite) {
 		t.Fatal(err)
 	}
 	spared := []string{"live", "stale", "parked", "authoritative", "released"}
-	before := map[string]idem.Record{}
+	before := map[string]idemtype.Record{}
 	for _, k := range spared {
 		before[k] = mustGet(t, f.ctx, l, "", k)
 	}

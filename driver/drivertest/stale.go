@@ -9,13 +9,14 @@ import (
 	"time"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/idemtype"
 )
 
 // reconciler is a scripted idem.Reconciler that records what it was asked.
 type reconciler struct {
 	mu      sync.Mutex
 	answers []answer
-	asked   []idem.Record
+	asked   []idemtype.Record
 }
 
 type answer struct {
@@ -24,12 +25,12 @@ type answer struct {
 	err error
 }
 
-func (r *reconciler) reconcile(_ context.Context, rec idem.Record) (idem.Verdict, idem.Result, error) {
+func (r *reconciler) reconcile(_ context.Context, rec idemtype.Record) (idem.Verdict, idem.Result, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.asked = append(r.asked, rec)
 	if len(r.answers) == 0 {
-		return idem.Unknown, idem.Result{}, errors.New("reconciler asked more often than scripted")
+		return idem.VerdictUnknown, idem.Result{}, errors.New("reconciler asked more often than scripted")
 	}
 	a := r.answers[0]
 	r.answers = r.answers[1:]
@@ -65,7 +66,7 @@ func staleSetup(t *testing.T, s *suite, policy idem.StalePolicy, rc *reconciler)
 func testStalePolicy(t *testing.T, s *suite) {
 	t.Run("Redo", func(t *testing.T) {
 		t.Parallel()
-		f, _, l, op := staleSetup(t, s, idem.Redo, nil)
+		f, _, l, op := staleSetup(t, s, idem.StaleRedo, nil)
 		c := mustClaim(t, f.ctx, l, op, idem.Reclaimed)
 		if c.Token != 2 {
 			t.Fatalf("token %d, want 2", c.Token)
@@ -74,9 +75,9 @@ func testStalePolicy(t *testing.T, s *suite) {
 
 	t.Run("Park", func(t *testing.T) {
 		t.Parallel()
-		f, clk, l, op := staleSetup(t, s, idem.Park, nil)
+		f, clk, l, op := staleSetup(t, s, idem.StalePark, nil)
 		c := mustClaim(t, f.ctx, l, op, idem.Parked)
-		if c.Record.State != idem.StateParked || c.Record.Attempt != 1 {
+		if c.Record.State != idemtype.StateParked || c.Record.Attempt != 1 {
 			t.Fatalf("parked claim record %s attempt %d, want parked at attempt 1", c.Record.State, c.Record.Attempt)
 		}
 		for range 3 {
@@ -88,32 +89,32 @@ func testStalePolicy(t *testing.T, s *suite) {
 		if !errors.Is(err, idem.ErrParked) || ran {
 			t.Fatalf("Do on a parked key: %v (ran %v), want ErrParked without running", err, ran)
 		}
-		if r := mustGet(t, f.ctx, l, op.Scope, op.Key); r.State != idem.StateParked || r.Attempt != 1 {
+		if r := mustGet(t, f.ctx, l, op.Scope, op.Key); r.State != idemtype.StateParked || r.Attempt != 1 {
 			t.Fatalf("record %s attempt %d, want parked at attempt 1 (never redone)", r.State, r.Attempt)
 		}
 	})
 
 	t.Run("PerOp", func(t *testing.T) {
 		t.Parallel()
-		f, _, l, op := staleSetup(t, s, idem.Redo, nil)
-		op.Stale = idem.Park
+		f, _, l, op := staleSetup(t, s, idem.StaleRedo, nil)
+		op.Stale = idem.StalePark
 		mustClaim(t, f.ctx, l, op, idem.Parked)
 	})
 
 	t.Run("ReconcileDone", func(t *testing.T) {
 		t.Parallel()
-		rc := &reconciler{answers: []answer{{v: idem.Done, res: idem.Result{Status: 201, Body: []byte("found downstream")}}}}
-		f, clk, l, op := staleSetup(t, s, idem.Reconcile, rc)
+		rc := &reconciler{answers: []answer{{v: idem.VerdictDone, res: idem.Result{Status: 201, Body: []byte("found downstream")}}}}
+		f, clk, l, op := staleSetup(t, s, idem.StaleReconcile, rc)
 		c := mustClaim(t, f.ctx, l, op, idem.Replay)
 		if string(c.Result.Body) != "found downstream" || c.Result.Status != 201 {
 			t.Fatalf("replay %d %q, want the reconciler's result", c.Result.Status, c.Result.Body)
 		}
-		if rc.calls() != 1 || rc.asked[0].Key != op.Key || rc.asked[0].State != idem.StateInProgress {
+		if rc.calls() != 1 || rc.asked[0].Key != op.Key || rc.asked[0].State != idemtype.StateInProgress {
 			t.Fatalf("reconciler asked %d times about %+v", rc.calls(), rc.asked)
 		}
 		r := mustGet(t, f.ctx, l, op.Scope, op.Key)
-		if r.State != idem.StateSucceeded || string(r.Result.Body) != "found downstream" || r.Result.Status != 201 {
-			t.Fatalf("record %s %d %q, want succeeded with the reconciler's result", r.State, r.Result.Status, r.Result.Body)
+		if r.State != idemtype.StateSucceeded || string(r.Body) != "found downstream" || r.Status != 201 {
+			t.Fatalf("record %s %d %q, want succeeded with the reconciler's result", r.State, r.Status, r.Body)
 		}
 		clk.Advance(time.Hour)
 		res, err := l.Do(f.ctx, op, func(context.Context, *sql.Tx) ([]byte, error) { t.Error("ran a reconciled key"); return nil, nil })
@@ -124,8 +125,8 @@ func testStalePolicy(t *testing.T, s *suite) {
 
 	t.Run("ReconcileFailedDone", func(t *testing.T) {
 		t.Parallel()
-		rc := &reconciler{answers: []answer{{v: idem.FailedDone, res: idem.Result{Status: 402, Body: []byte("declined downstream")}}}}
-		f, _, l, op := staleSetup(t, s, idem.Reconcile, rc)
+		rc := &reconciler{answers: []answer{{v: idem.VerdictFailed, res: idem.Result{Status: 402, Body: []byte("declined downstream")}}}}
+		f, _, l, op := staleSetup(t, s, idem.StaleReconcile, rc)
 		// The first caller to learn the outcome gets the same answer as
 		// every later one: a permanent failure.
 		for i := range 2 {
@@ -134,15 +135,15 @@ func testStalePolicy(t *testing.T, s *suite) {
 				t.Fatalf("Do %d after a FailedDone verdict: %q, %v; want ErrFailed with the stored result", i, res.Body, err)
 			}
 		}
-		if r := mustGet(t, f.ctx, l, op.Scope, op.Key); r.State != idem.StateFailed {
+		if r := mustGet(t, f.ctx, l, op.Scope, op.Key); r.State != idemtype.StateFailed {
 			t.Fatalf("record %s, want failed", r.State)
 		}
 	})
 
 	t.Run("ReconcileNotDone", func(t *testing.T) {
 		t.Parallel()
-		rc := &reconciler{answers: []answer{{v: idem.NotDone}}}
-		f, _, l, op := staleSetup(t, s, idem.Reconcile, rc)
+		rc := &reconciler{answers: []answer{{v: idem.VerdictNotDone}}}
+		f, _, l, op := staleSetup(t, s, idem.StaleReconcile, rc)
 		c := mustClaim(t, f.ctx, l, op, idem.Reclaimed)
 		if c.Token != 2 || rc.calls() != 1 {
 			t.Fatalf("token %d after %d reconciler calls, want 2 after 1", c.Token, rc.calls())
@@ -154,10 +155,10 @@ func testStalePolicy(t *testing.T, s *suite) {
 
 	t.Run("ReconcileUnknown", func(t *testing.T) {
 		t.Parallel()
-		rc := &reconciler{answers: []answer{{v: idem.Unknown}}}
-		f, clk, l, op := staleSetup(t, s, idem.Reconcile, rc)
+		rc := &reconciler{answers: []answer{{v: idem.VerdictUnknown}}}
+		f, clk, l, op := staleSetup(t, s, idem.StaleReconcile, rc)
 		c := mustClaim(t, f.ctx, l, op, idem.Parked)
-		if c.Record.State != idem.StateParked {
+		if c.Record.State != idemtype.StateParked {
 			t.Fatalf("claim record %s, want parked", c.Record.State)
 		}
 		clk.Advance(time.Hour)
@@ -165,7 +166,7 @@ func testStalePolicy(t *testing.T, s *suite) {
 		if rc.calls() != 1 {
 			t.Fatalf("reconciler asked %d times, want once (parked keys are not asked again)", rc.calls())
 		}
-		if r := mustGet(t, f.ctx, l, op.Scope, op.Key); r.State != idem.StateParked {
+		if r := mustGet(t, f.ctx, l, op.Scope, op.Key); r.State != idemtype.StateParked {
 			t.Fatalf("record %s, want parked", r.State)
 		}
 	})
@@ -173,14 +174,14 @@ func testStalePolicy(t *testing.T, s *suite) {
 	t.Run("ReconcileError", func(t *testing.T) {
 		t.Parallel()
 		boom := errors.New("downstream unreachable")
-		rc := &reconciler{answers: []answer{{err: boom}, {v: idem.NotDone}}}
-		f, clk, l, op := staleSetup(t, s, idem.Reconcile, rc)
+		rc := &reconciler{answers: []answer{{err: boom}, {v: idem.VerdictNotDone}}}
+		f, clk, l, op := staleSetup(t, s, idem.StaleReconcile, rc)
 		if c, err := l.Claim(f.ctx, op); !errors.Is(err, boom) {
 			t.Fatalf("claim with a failing reconciler: %+v, %v; want the reconciler's error", c, err)
 		}
 		// The claim is left to expire; meanwhile nobody else acts on it.
 		r := mustGet(t, f.ctx, l, op.Scope, op.Key)
-		if r.State != idem.StateInProgress || r.Stale() {
+		if r.State != idemtype.StateInProgress || r.Stale() {
 			t.Fatalf("record after a reconciler error: %s stale=%v, want in progress under a live lease", r.State, r.Stale())
 		}
 		mustClaim(t, f.ctx, l, op, idem.InFlight)

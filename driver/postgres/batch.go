@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemdev/idem/driver"
 	"github.com/idemdev/idem/internal/crashpoint"
 	"github.com/idemdev/idem/internal/groupcommit"
 	"github.com/jackc/pgx/v5"
@@ -51,15 +50,14 @@ const (
 	batchTimeout = 30 * time.Second
 )
 
-// startGroupCommit starts the committers unless max turns group commit off.
-func (d *Driver) startGroupCommit(cc *pgx.ConnConfig, max int) {
-	if max == 0 {
-		max = DefaultMaxBatch
-	}
+// startGroupCommit starts the committers unless max turns group commit
+// off; lone writes run from the pool in their caller's goroutine.
+func (d *Driver) startGroupCommit(max int) {
 	if max <= 1 {
+		d.gc = groupcommit.NewWriter(d.ex, max, batchWait)
 		return
 	}
-	cc = cc.Copy()
+	cc := d.cc.Copy()
 	if cc.RuntimeParams == nil {
 		cc.RuntimeParams = map[string]string{}
 	}
@@ -71,15 +69,7 @@ func (d *Driver) startGroupCommit(cc *pgx.ConnConfig, max int) {
 		d.committers = append(d.committers, c)
 		commits[i] = c.commit
 	}
-	d.gc = groupcommit.New(d.groupCommitConfig(max), commits...)
-}
-
-// groupCommitConfig: lone writes run from the pool in their caller's
-// goroutine, exactly as without group commit.
-func (d *Driver) groupCommitConfig(max int) groupcommit.Config {
-	return groupcommit.Config{Max: max, Wait: batchWait, Alone: func(ctx context.Context, w *groupcommit.Write) error {
-		return w.RunOn(ctx, d.db)
-	}}
+	d.gc = groupcommit.NewWriter(d.ex, max, batchWait, commits...)
 }
 
 // stopGroupCommit waits for the batches in flight and closes the
@@ -92,18 +82,6 @@ func (d *Driver) stopGroupCommit() {
 	for _, c := range d.committers {
 		c.close()
 	}
-}
-
-// write runs w in the caller's transaction when q is set, else through
-// group commit (or alone from the pool when it is off).
-func (d *Driver) write(ctx context.Context, q driver.Querier, w *groupcommit.Write) error {
-	switch {
-	case q != nil:
-		return w.RunOn(ctx, q)
-	case d.gc == nil:
-		return w.RunOn(ctx, d.db)
-	}
-	return d.gc.Do(ctx, w)
 }
 
 // committer owns one connection and sends one batch at a time on it.
@@ -222,6 +200,6 @@ func (c *committer) commitOne(ctx context.Context, w *groupcommit.Write) {
 // nobody else. The committer does not wait for them.
 func (d *Driver) runAlone(batch []*groupcommit.Write) {
 	for _, w := range batch {
-		go func() { w.Answer(w.RunOn(w.Context(), d.db)) }()
+		go func() { w.Answer(w.RunOn(w.Context(), d.ex)) }()
 	}
 }

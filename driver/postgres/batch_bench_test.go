@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/dburl"
 	"github.com/idemdev/idem/internal/pgtest"
 )
 
@@ -35,7 +36,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				l, err := idem.Open(ctx, url, &idem.Options{MaxBatch: batch})
+				l, err := dburl.Open(ctx, url, &idem.Options{MaxBatch: batch})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -9,15 +9,17 @@ import (
 	"time"
 
 	"github.com/idemdev/idem/driver"
+	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/internal/groupcommit"
 	"github.com/idemdev/idem/internal/groupcommit/gctest"
 	"github.com/idemdev/idem/internal/pgtest"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // openGC opens a driver on url whose group commit records its batches.
 func openGC(t *testing.T, url string) (*Driver, *gctest.Recorder) {
 	t.Helper()
-	d, err := Open(context.Background(), url, driver.Config{})
+	d, err := testOpen(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,14 +30,14 @@ func openGC(t *testing.T, url string) (*Driver, *gctest.Recorder) {
 	for i, c := range d.committers {
 		commits[i] = rec.Wrap(c.commit)
 	}
-	d.gc = groupcommit.New(d.groupCommitConfig(DefaultMaxBatch), commits...)
+	d.gc = groupcommit.NewWriter(d.ex, DefaultMaxBatch, batchWait, commits...)
 	return d, rec
 }
 
 func TestGroupCommitFailingStatement(t *testing.T) {
 	t.Parallel()
 	d, rec := openGC(t, pgtest.NewDB(t))
-	gctest.FailingStatement(t, d, rec, d.gc.Do, `INSERT INTO idem_keys (scope, key) VALUES ($1, $2)`)
+	gctest.FailingStatement(t, d, rec, submit(d), `INSERT INTO idem_keys (scope, key) VALUES ($1, $2)`)
 }
 
 func TestGroupCommitRace(t *testing.T) {
@@ -46,7 +48,7 @@ func TestGroupCommitRace(t *testing.T) {
 
 func TestGroupCommitCrash(t *testing.T) {
 	if url := os.Getenv(gctest.ChildEnv); url != "" {
-		d, err := Open(context.Background(), url, driver.Config{})
+		d, err := testOpen(url)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,7 +57,7 @@ func TestGroupCommitCrash(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewDB(t)
 	gctest.Crash(t, url, "TestGroupCommitCrash", func(t *testing.T) driver.Driver {
-		d, err := Open(context.Background(), url, driver.Config{})
+		d, err := testOpen(url)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -81,12 +83,12 @@ func TestGroupCommitLockWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	if _, created, err := d.Claim(ctx, tx, params("held", 1)); err != nil || !created {
+	if _, created, err := d.Claim(ctx, driver.SQL(tx), params("held", 1)); err != nil || !created {
 		t.Fatalf("claim in the open transaction: created=%v err=%v", created, err)
 	}
 
 	type answer struct {
-		rec     driver.Record
+		rec     idemtype.Record
 		created bool
 		err     error
 	}
@@ -94,7 +96,7 @@ func TestGroupCommitLockWait(t *testing.T) {
 	start := make(chan struct{})
 	go func() {
 		<-start
-		r, created, err := d.Claim(ctx, nil, params("held", 2))
+		r, created, err := d.Claim(ctx, driver.Shared, params("held", 2))
 		held <- answer{r, created, err}
 	}()
 	var wg sync.WaitGroup
@@ -105,7 +107,7 @@ func TestGroupCommitLockWait(t *testing.T) {
 				defer wg.Done()
 				<-start
 				key := fmt.Sprintf("free-%d-%d", round, i)
-				if _, created, err := d.Claim(ctx, nil, params(key, int64(100+i))); err != nil || !created {
+				if _, created, err := d.Claim(ctx, driver.Shared, params(key, int64(100+i))); err != nil || !created {
 					t.Errorf("claim %s: created=%v err=%v", key, created, err)
 				}
 			}()
@@ -125,4 +127,23 @@ func TestGroupCommitLockWait(t *testing.T) {
 	if a.err != nil || a.created || a.rec.LeaseID != 1 {
 		t.Fatalf("after the commit: created=%v lease %d err=%v; want the committed record (lease 1)", a.created, a.rec.LeaseID, a.err)
 	}
+}
+
+// testOpen opens and sets up a driver on url.
+func testOpen(url string) (*Driver, error) {
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		return nil, err
+	}
+	d := New(pool, &Options{ClosePool: true})
+	if err := d.Setup(context.Background(), driver.Config{}); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// submit hands a write to d's group commit.
+func submit(d *Driver) func(context.Context, *groupcommit.Write) error {
+	return func(ctx context.Context, w *groupcommit.Write) error { return d.gc.Write(ctx, driver.Shared, w) }
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/idemdev/idem/driver"
+	"github.com/idemdev/idem/idemtype"
 )
 
 var _ driver.Counter = (*Driver)(nil)
@@ -13,10 +14,10 @@ var _ driver.Counter = (*Driver)(nil)
 // CountOpen counts in one statement. In-progress and stale counts use the
 // partial index on lease_until; parked has no index and scans, stopped
 // early by limit (LIMIT NULL is no limit).
-func (d *Driver) CountOpen(ctx context.Context, limit int) (driver.OpenCounts, error) {
+func (d *Driver) CountOpen(ctx context.Context, limit int) (idemtype.OpenCounts, error) {
 	lim := sql.NullInt64{Int64: int64(limit), Valid: limit > 0}
-	var c driver.OpenCounts
-	err := d.db.QueryRowContext(ctx, clockCTE+`SELECT
+	var c idemtype.OpenCounts
+	err := d.ex.QueryRow(ctx, clockCTE+`SELECT
 	(SELECT count(*) FROM (SELECT 1 FROM idem_keys WHERE state = 'in_progress' LIMIT $2::bigint) s),
 	(SELECT count(*) FROM (SELECT 1 FROM idem_keys, c WHERE state = 'in_progress' AND lease_until <= c.now LIMIT $2::bigint) s),
 	(SELECT count(*) FROM (SELECT 1 FROM idem_keys WHERE state = 'parked' LIMIT $2::bigint) s)`,
@@ -28,9 +29,9 @@ func (d *Driver) CountOpen(ctx context.Context, limit int) (driver.OpenCounts, e
 }
 
 // CountPrunable mirrors the predicates of Prune.
-func (d *Driver) CountPrunable(ctx context.Context) (driver.PruneResult, error) {
-	var r driver.PruneResult
-	err := d.db.QueryRowContext(ctx, clockCTE+`SELECT
+func (d *Driver) CountPrunable(ctx context.Context) (idemtype.PruneCounts, error) {
+	var r idemtype.PruneCounts
+	err := d.ex.QueryRow(ctx, clockCTE+`SELECT
 	(SELECT count(*) FROM idem_keys, c WHERE state IN ('succeeded', 'failed') AND expires_at <= c.now),
 	(SELECT count(*) FROM idem_keys, c WHERE (state IN ('succeeded', 'failed', 'tombstone') AND tombstone_until <= c.now)
 		OR (state = 'released' AND updated_at + retention_ms`+msInterval+` <= c.now))`,

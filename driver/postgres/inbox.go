@@ -14,20 +14,18 @@ import (
 // another transaction has inserted the same message and not yet ended, the
 // insert waits for it; the read is a second statement so that, at READ
 // COMMITTED, it sees what that transaction committed.
-func (d *Driver) InboxRecord(ctx context.Context, q driver.Querier, source, id, hash string) (bool, string, error) {
-	q = orDB(q, d.db)
-	res, err := q.ExecContext(ctx, jobClock+`INSERT INTO idem_inbox (source, message_id, payload_hash, received_at)
+func (d *Driver) InboxRecord(ctx context.Context, q driver.Executor, source, id, hash string) (bool, string, error) {
+	q = d.own(q)
+	n, err := q.Exec(ctx, jobClock+`INSERT INTO idem_inbox (source, message_id, payload_hash, received_at)
 	SELECT $2, $3, $4, c.now FROM c ON CONFLICT (source, message_id) DO NOTHING`, d.clock(), source, id, hash)
 	if err != nil {
 		return false, "", fmt.Errorf("postgres: inbox record: %w", err)
 	}
-	if n, err := res.RowsAffected(); err != nil {
-		return false, "", fmt.Errorf("postgres: inbox record: %w", err)
-	} else if n == 1 {
+	if n == 1 {
 		return false, hash, nil
 	}
 	var stored string
-	err = q.QueryRowContext(ctx, `SELECT payload_hash FROM idem_inbox WHERE source = $1 AND message_id = $2`, source, id).Scan(&stored)
+	err = q.QueryRow(ctx, `SELECT payload_hash FROM idem_inbox WHERE source = $1 AND message_id = $2`, source, id).Scan(&stored)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, "", driver.ErrConflict // pruned in between, or invisible above READ COMMITTED
 	}
@@ -39,12 +37,11 @@ func (d *Driver) InboxRecord(ctx context.Context, q driver.Querier, source, id, 
 
 // InboxPrune deletes records received at least olderThan ago.
 func (d *Driver) InboxPrune(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
-	res, err := d.db.ExecContext(ctx, jobClock+`DELETE FROM idem_inbox i USING c WHERE (i.source, i.message_id) IN (
+	n, err := d.ex.Exec(ctx, jobClock+`DELETE FROM idem_inbox i USING c WHERE (i.source, i.message_id) IN (
 	SELECT source, message_id FROM idem_inbox, c WHERE received_at <= c.now - $2`+msInterval+`
 	LIMIT $3 FOR UPDATE OF idem_inbox SKIP LOCKED)`, d.clock(), olderThan.Milliseconds(), limit)
 	if err != nil {
 		return 0, fmt.Errorf("postgres: inbox prune: %w", err)
 	}
-	n, err := res.RowsAffected()
-	return int(n), err
+	return int(n), nil
 }

@@ -61,7 +61,7 @@ func scanJob(s scanner) (driver.JobRow, error) {
 	return j, nil
 }
 
-func scanJobs(rows *sql.Rows) ([]driver.JobRow, error) {
+func scanJobs(rows driver.Rows) ([]driver.JobRow, error) {
 	defer rows.Close()
 	var out []driver.JobRow
 	for rows.Next() {
@@ -82,29 +82,30 @@ func nullIfEmpty(s string) any {
 	return s
 }
 
-func orDB(q driver.Querier, db *sql.DB) driver.Querier {
-	if q == nil {
-		return db
+// own is ex, or the pool for driver.Shared.
+func (d *Driver) own(ex driver.Executor) driver.Executor {
+	if ex == driver.Shared {
+		return d.ex
 	}
-	return q
+	return ex
 }
 
 // EnqueueJobs inserts jobs in order; a taken unique key returns the
 // existing job. Without q, a batch gets its own transaction.
-func (d *Driver) EnqueueJobs(ctx context.Context, q driver.Querier, jobs []driver.JobInsert) ([]driver.JobRow, []bool, error) {
-	if q != nil || len(jobs) == 1 {
-		return d.enqueue(ctx, orDB(q, d.db), jobs)
+func (d *Driver) EnqueueJobs(ctx context.Context, q driver.Executor, jobs []driver.JobInsert) ([]driver.JobRow, []bool, error) {
+	if q != driver.Shared || len(jobs) == 1 {
+		return d.enqueue(ctx, d.own(q), jobs)
 	}
-	tx, err := d.db.BeginTx(ctx, nil)
+	tx, err := d.pool.Begin(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("postgres: enqueue: %w", err)
 	}
-	defer tx.Rollback()
-	rows, dup, err := d.enqueue(ctx, tx, jobs)
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	rows, dup, err := d.enqueue(ctx, pgxExecutor{tx}, jobs)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := tx.Commit(); err != nil {
+	if err := tx.Commit(ctx); err != nil {
 		return nil, nil, fmt.Errorf("postgres: enqueue: %w", err)
 	}
 	return rows, dup, nil
@@ -112,7 +113,7 @@ func (d *Driver) EnqueueJobs(ctx context.Context, q driver.Querier, jobs []drive
 
 // enqueue inserts a batch in one statement; only the jobs whose unique key
 // was taken are then read one by one.
-func (d *Driver) enqueue(ctx context.Context, q driver.Querier, jobs []driver.JobInsert) ([]driver.JobRow, []bool, error) {
+func (d *Driver) enqueue(ctx context.Context, q driver.Executor, jobs []driver.JobInsert) ([]driver.JobRow, []bool, error) {
 	if len(jobs) == 1 {
 		row, dup, err := d.enqueueOne(ctx, q, jobs[0])
 		if err != nil {
@@ -141,7 +142,7 @@ func (d *Driver) enqueue(ctx context.Context, q driver.Querier, jobs []driver.Jo
 	// Rows are inserted in input order (ORDER BY v.ord), so their ids grow
 	// in input order: the inserted rows, by id, are the non-duplicates in
 	// order. Each match is checked all the same.
-	rows, err := q.QueryContext(ctx, jobClock+`, v AS (
+	rows, err := q.Query(ctx, jobClock+`, v AS (
 	SELECT * FROM unnest($2::text[], $3::text[], $4::bytea[], $5::int[], $6::bigint[], $7::bigint[], $8::text[])
 		WITH ORDINALITY AS v(queue, kind, args, max_attempts, run_at_us, delay_ms, unique_key, ord)),
 ins AS (
@@ -199,7 +200,7 @@ const maxEnqueueTries = 3
 // enqueueOne inserts, or reads the job holding the unique key. The read is
 // its own statement: at READ COMMITTED it sees a row that a concurrent
 // inserter committed while the insert waited for it.
-func (d *Driver) enqueueOne(ctx context.Context, q driver.Querier, j driver.JobInsert) (driver.JobRow, bool, error) {
+func (d *Driver) enqueueOne(ctx context.Context, q driver.Executor, j driver.JobInsert) (driver.JobRow, bool, error) {
 	var runAt any
 	if !j.RunAt.IsZero() {
 		runAt = j.RunAt
@@ -209,7 +210,7 @@ func (d *Driver) enqueueOne(ctx context.Context, q driver.Querier, j driver.JobI
 		args = []byte{}
 	}
 	for range maxEnqueueTries {
-		row, err := scanJob(q.QueryRowContext(ctx, jobClock+`, ins AS (
+		row, err := scanJob(q.QueryRow(ctx, jobClock+`, ins AS (
 	INSERT INTO idem_jobs (queue, kind, args, state, max_attempts, run_at, unique_key, created_at, updated_at)
 	SELECT $2, $3, $4, 'available', $5, coalesce($6::timestamptz, c.now + $7`+msInterval+`), $8::text, c.now, c.now FROM c
 	ON CONFLICT (queue, unique_key) DO NOTHING
@@ -222,7 +223,7 @@ SELECT `+jobCols("ins.")+`, c.now FROM ins, c`,
 		if !errors.Is(err, sql.ErrNoRows) {
 			return row, false, fmt.Errorf("postgres: enqueue: %w", err)
 		}
-		row, err = scanJob(q.QueryRowContext(ctx, jobClock+`SELECT `+jobCols("j.")+`, c.now FROM idem_jobs j, c
+		row, err = scanJob(q.QueryRow(ctx, jobClock+`SELECT `+jobCols("j.")+`, c.now FROM idem_jobs j, c
 	WHERE j.queue = $2 AND j.unique_key = $3`, d.clock(), j.Queue, j.UniqueKey))
 		if errors.Is(err, sql.ErrNoRows) {
 			continue
@@ -238,11 +239,11 @@ SELECT `+jobCols("ins.")+`, c.now FROM ins, c`,
 
 // NotifyJobs sends one notice per queue; inside a transaction PostgreSQL
 // delivers them at commit, and drops them on rollback.
-func (d *Driver) NotifyJobs(ctx context.Context, q driver.Querier, queues []string) error {
+func (d *Driver) NotifyJobs(ctx context.Context, q driver.Executor, queues []string) error {
 	if len(queues) == 0 {
 		return nil
 	}
-	if _, err := orDB(q, d.db).ExecContext(ctx, `SELECT pg_notify('`+jobChannel+`', q) FROM unnest($1::text[]) AS q`, queues); err != nil {
+	if _, err := d.own(q).Exec(ctx, `SELECT pg_notify('`+jobChannel+`', q) FROM unnest($1::text[]) AS q`, queues); err != nil {
 		return fmt.Errorf("postgres: notify: %w", err)
 	}
 	return nil
@@ -251,7 +252,7 @@ func (d *Driver) NotifyJobs(ctx context.Context, q driver.Querier, queues []stri
 // ListenJobs holds one dedicated connection (not from the pool) in LISTEN
 // until ctx ends or the connection fails.
 func (d *Driver) ListenJobs(ctx context.Context, ready func(), wake func(string)) error {
-	conn, err := pgx.Connect(ctx, d.url)
+	conn, err := pgx.ConnectConfig(ctx, d.cc)
 	if err != nil {
 		return fmt.Errorf("postgres: listen: %w", err)
 	}
@@ -274,7 +275,7 @@ func (d *Driver) ListenJobs(ctx context.Context, ready func(), wake func(string)
 // LOCKED in MATERIALIZED CTEs, evaluated exactly once: a subquery under
 // IN could be re-run by the planner and lock more than its LIMIT.
 func (d *Driver) ClaimJobs(ctx context.Context, p driver.ClaimJobsParams) ([]driver.JobRow, error) {
-	rows, err := d.db.QueryContext(ctx, jobClock+`,
+	rows, err := d.ex.Query(ctx, jobClock+`,
 expired AS MATERIALIZED (
 	SELECT id FROM idem_jobs, c WHERE state = 'running' AND queue = $2 AND lease_until <= c.now
 	ORDER BY lease_until LIMIT $3 FOR UPDATE OF idem_jobs SKIP LOCKED),
@@ -312,7 +313,7 @@ const jobFenced = `j.id = $2 AND j.attempt = $3 AND j.lease_id = $4 AND j.state 
 // HeartbeatJob extends a held lease.
 func (d *Driver) HeartbeatJob(ctx context.Context, f driver.JobFence, lease time.Duration) (time.Time, error) {
 	var until time.Time
-	err := d.db.QueryRowContext(ctx, jobClock+`UPDATE idem_jobs j SET lease_until = c.now + $5`+msInterval+`, updated_at = c.now
+	err := d.ex.QueryRow(ctx, jobClock+`UPDATE idem_jobs j SET lease_until = c.now + $5`+msInterval+`, updated_at = c.now
 	FROM c WHERE `+jobFenced+` RETURNING j.lease_until`, d.clock(), f.ID, f.Attempt, f.LeaseID, lease.Milliseconds()).Scan(&until)
 	if errors.Is(err, sql.ErrNoRows) {
 		return time.Time{}, driver.ErrFenced
@@ -334,16 +335,14 @@ var jobFinishSet = `state = v.state, lease_until = NULL, updated_at = c.now,
 // FinishJob ends a held claim, in the caller's transaction when q is not
 // nil; there the row stays locked until that transaction ends, so nobody
 // can take the job between the fenced write and the commit.
-func (d *Driver) FinishJob(ctx context.Context, q driver.Querier, p driver.FinishJobParams) error {
-	res, err := orDB(q, d.db).ExecContext(ctx, jobClock+`, v AS (SELECT $5::text AS state, $6::bigint AS delay_ms, $7::bytea AS result, $8::text AS error)
+func (d *Driver) FinishJob(ctx context.Context, q driver.Executor, p driver.FinishJobParams) error {
+	n, err := d.own(q).Exec(ctx, jobClock+`, v AS (SELECT $5::text AS state, $6::bigint AS delay_ms, $7::bytea AS result, $8::text AS error)
 	UPDATE idem_jobs j SET `+jobFinishSet+` FROM c, v WHERE `+jobFenced,
 		d.clock(), p.ID, p.Attempt, p.LeaseID, string(p.State), p.Delay.Milliseconds(), p.Result, p.Error)
 	if err != nil {
 		return fmt.Errorf("postgres: finish job: %w", err)
 	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("postgres: finish job: %w", err)
-	} else if n == 0 {
+	if n == 0 {
 		return driver.ErrFenced
 	}
 	return nil
@@ -363,7 +362,7 @@ func (d *Driver) FinishJobs(ctx context.Context, ps []driver.FinishJobParams) ([
 		states, delays = append(states, string(p.State)), append(delays, p.Delay.Milliseconds())
 		results, errs = append(results, p.Result), append(errs, p.Error)
 	}
-	rows, err := d.db.QueryContext(ctx, jobClock+`, v AS (SELECT * FROM unnest($2::bigint[], $3::int[], $4::bigint[], $5::text[], $6::bigint[], $7::bytea[], $8::text[])
+	rows, err := d.ex.Query(ctx, jobClock+`, v AS (SELECT * FROM unnest($2::bigint[], $3::int[], $4::bigint[], $5::text[], $6::bigint[], $7::bytea[], $8::text[])
 		AS v(id, attempt, lease_id, state, delay_ms, result, error))
 	UPDATE idem_jobs j SET `+jobFinishSet+` FROM c, v
 	WHERE j.id = v.id AND j.attempt = v.attempt AND j.lease_id = v.lease_id AND j.state = 'running' AND j.lease_until > c.now
@@ -392,7 +391,7 @@ func (d *Driver) FinishJobs(ctx context.Context, ps []driver.FinishJobParams) ([
 
 // GetJob reads one job.
 func (d *Driver) GetJob(ctx context.Context, id int64) (driver.JobRow, error) {
-	j, err := scanJob(d.db.QueryRowContext(ctx, jobClock+`SELECT `+jobCols("j.")+`, c.now FROM idem_jobs j, c WHERE j.id = $2`, d.clock(), id))
+	j, err := scanJob(d.ex.QueryRow(ctx, jobClock+`SELECT `+jobCols("j.")+`, c.now FROM idem_jobs j, c WHERE j.id = $2`, d.clock(), id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return j, driver.ErrNotFound
 	}
@@ -428,7 +427,7 @@ func (d *Driver) ListJobs(ctx context.Context, f driver.JobFilter) ([]driver.Job
 		limit = 100
 	}
 	args = append(args, limit)
-	rows, err := d.db.QueryContext(ctx, jobClock+`SELECT `+jobCols("j.")+`, c.now FROM idem_jobs j, c WHERE `+
+	rows, err := d.ex.Query(ctx, jobClock+`SELECT `+jobCols("j.")+`, c.now FROM idem_jobs j, c WHERE `+
 		strings.Join(where, " AND ")+` ORDER BY j.id LIMIT $`+strconv.Itoa(len(args)), args...)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: list jobs: %w", err)
@@ -442,7 +441,7 @@ func (d *Driver) ListJobs(ctx context.Context, f driver.JobFilter) ([]driver.Job
 
 // CountJobs counts a queue's jobs by state.
 func (d *Driver) CountJobs(ctx context.Context, queue string) (map[driver.JobState]int, error) {
-	rows, err := d.db.QueryContext(ctx, `SELECT state, count(*) FROM idem_jobs WHERE $1 = '' OR queue = $1 GROUP BY state`, queue)
+	rows, err := d.ex.Query(ctx, `SELECT state, count(*) FROM idem_jobs WHERE $1 = '' OR queue = $1 GROUP BY state`, queue)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: count jobs: %w", err)
 	}
@@ -455,7 +454,7 @@ func (d *Driver) CountJobs(ctx context.Context, queue string) (map[driver.JobSta
 
 // RequeueJob makes a dead job available now.
 func (d *Driver) RequeueJob(ctx context.Context, id int64, attempts int) (driver.JobRow, error) {
-	j, err := scanJob(d.db.QueryRowContext(ctx, jobClock+`UPDATE idem_jobs j SET state = 'available', run_at = c.now,
+	j, err := scanJob(d.ex.QueryRow(ctx, jobClock+`UPDATE idem_jobs j SET state = 'available', run_at = c.now,
 	updated_at = c.now, finalized_at = NULL, max_attempts = j.attempt + $3
 	FROM c WHERE j.id = $2 AND j.state = 'dead' RETURNING `+jobCols("j.")+`, c.now`, d.clock(), id, attempts))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -473,13 +472,11 @@ func (d *Driver) DeleteJob(ctx context.Context, id int64, states []driver.JobSta
 	for i, s := range states {
 		names[i] = string(s)
 	}
-	res, err := d.db.ExecContext(ctx, `DELETE FROM idem_jobs WHERE id = $1 AND state = ANY($2::text[])`, id, names)
+	n, err := d.ex.Exec(ctx, `DELETE FROM idem_jobs WHERE id = $1 AND state = ANY($2::text[])`, id, names)
 	if err != nil {
 		return fmt.Errorf("postgres: delete job: %w", err)
 	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("postgres: delete job: %w", err)
-	} else if n == 0 {
+	if n == 0 {
 		return d.missingOrConflict(ctx, id)
 	}
 	return nil
@@ -487,7 +484,7 @@ func (d *Driver) DeleteJob(ctx context.Context, id int64, states []driver.JobSta
 
 func (d *Driver) missingOrConflict(ctx context.Context, id int64) error {
 	var one int
-	err := d.db.QueryRowContext(ctx, `SELECT 1 FROM idem_jobs WHERE id = $1`, id).Scan(&one)
+	err := d.ex.QueryRow(ctx, `SELECT 1 FROM idem_jobs WHERE id = $1`, id).Scan(&one)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return driver.ErrNotFound
@@ -500,12 +497,11 @@ func (d *Driver) missingOrConflict(ctx context.Context, id int64) error {
 // PruneJobs deletes completed jobs finalized at least olderThan ago,
 // skipping rows another transaction has locked.
 func (d *Driver) PruneJobs(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
-	res, err := d.db.ExecContext(ctx, jobClock+`DELETE FROM idem_jobs j USING c WHERE j.id IN (SELECT id FROM idem_jobs, c
+	n, err := d.ex.Exec(ctx, jobClock+`DELETE FROM idem_jobs j USING c WHERE j.id IN (SELECT id FROM idem_jobs, c
 	WHERE state = 'completed' AND finalized_at <= c.now - $2`+msInterval+` LIMIT $3 FOR UPDATE OF idem_jobs SKIP LOCKED)`,
 		d.clock(), olderThan.Milliseconds(), limit)
 	if err != nil {
 		return 0, fmt.Errorf("postgres: prune jobs: %w", err)
 	}
-	n, err := res.RowsAffected()
-	return int(n), err
+	return int(n), nil
 }

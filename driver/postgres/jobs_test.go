@@ -8,6 +8,7 @@ import (
 	"github.com/idemdev/idem/driver"
 	"github.com/idemdev/idem/driver/postgres"
 	"github.com/idemdev/idem/internal/pgtest"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // openPrivate starts a cluster of the test's own (this package has no
@@ -27,8 +28,12 @@ func openPrivate(t *testing.T) *postgres.Driver {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := postgres.Open(ctx, url, driver.Config{})
+	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
+		t.Fatal(err)
+	}
+	d := postgres.New(pool, &postgres.Options{ClosePool: true})
+	if err := d.Setup(ctx, driver.Config{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
@@ -51,7 +56,7 @@ func TestPostgresListenNotify(t *testing.T) {
 		t.Fatalf("listen: %v", err)
 	}
 
-	if err := d.NotifyJobs(ctx, nil, []string{"email"}); err != nil {
+	if err := d.NotifyJobs(ctx, driver.Shared, []string{"email"}); err != nil {
 		t.Fatal(err)
 	}
 	if q := <-woken; q != "email" {
@@ -63,7 +68,7 @@ func TestPostgresListenNotify(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := d.NotifyJobs(ctx, tx, []string{"sms", "push"}); err != nil {
+		if err := d.NotifyJobs(ctx, driver.SQL(tx), []string{"sms", "push"}); err != nil {
 			t.Fatal(err)
 		}
 		select {

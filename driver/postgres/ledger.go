@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemdev/idem/driver"
+	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/internal/groupcommit"
 )
 
@@ -31,9 +32,9 @@ const msInterval = ` * interval '1 millisecond'`
 
 type scanner interface{ Scan(dest ...any) error }
 
-func scanRecord(s scanner, lead ...any) (driver.Record, error) {
+func scanRecord(s scanner, lead ...any) (idemtype.Record, error) {
 	var (
-		r                                      driver.Record
+		r                                      idemtype.Record
 		state                                  string
 		retention, tomb                        int64
 		completedAt, expiresAt, tombstoneUntil sql.NullTime
@@ -43,7 +44,7 @@ func scanRecord(s scanner, lead ...any) (driver.Record, error) {
 	if err := s.Scan(dest...); err != nil {
 		return r, err
 	}
-	r.State = driver.State(state)
+	r.State = idemtype.State(state)
 	r.Retention = time.Duration(retention) * time.Millisecond
 	r.TombstoneTTL = time.Duration(tomb) * time.Millisecond
 	r.CompletedAt, r.ExpiresAt, r.TombstoneUntil = completedAt.Time, expiresAt.Time, tombstoneUntil.Time
@@ -58,12 +59,12 @@ func scanRecord(s scanner, lead ...any) (driver.Record, error) {
 // concurrent inserter (or a write of the same batch) committed while the
 // insert waited for it; if the row is gone by then (pruned), ErrConflict
 // and the caller tries again.
-func (d *Driver) Claim(ctx context.Context, q driver.Querier, p driver.ClaimParams) (driver.Record, bool, error) {
+func (d *Driver) Claim(ctx context.Context, q driver.Executor, p driver.ClaimParams) (idemtype.Record, bool, error) {
 	var (
-		rec     driver.Record
+		rec     idemtype.Record
 		created bool
 	)
-	err := d.write(ctx, q, &groupcommit.Write{
+	err := d.gc.Write(ctx, q, &groupcommit.Write{
 		Key: p.Scope + "\x00" + p.Key,
 		Query: clockCTE + `INSERT INTO idem_keys
 	(scope, key, fingerprint, state, attempt, lease_id, lease_until, retention_ms, tombstone_ms, created_at, updated_at)
@@ -78,14 +79,12 @@ func (d *Driver) Claim(ctx context.Context, q driver.Querier, p driver.ClaimPara
 		},
 	})
 	if err != nil {
-		return driver.Record{}, false, fmt.Errorf("postgres: claim: %w", err)
+		return idemtype.Record{}, false, fmt.Errorf("postgres: claim: %w", err)
 	}
 	if created {
 		return p.Created(rec.LeaseUntil, rec.CreatedAt), true, nil
 	}
-	if q == nil {
-		q = d.db
-	}
+	q = d.own(q)
 	rec, err = d.get(ctx, q, p.Scope, p.Key)
 	if errors.Is(err, driver.ErrNotFound) {
 		return rec, false, driver.ErrConflict
@@ -94,12 +93,12 @@ func (d *Driver) Claim(ctx context.Context, q driver.Querier, p driver.ClaimPara
 }
 
 // Get reads one record.
-func (d *Driver) Get(ctx context.Context, scope, key string) (driver.Record, error) {
-	return d.get(ctx, d.db, scope, key)
+func (d *Driver) Get(ctx context.Context, scope, key string) (idemtype.Record, error) {
+	return d.get(ctx, d.ex, scope, key)
 }
 
-func (d *Driver) get(ctx context.Context, q driver.Querier, scope, key string) (driver.Record, error) {
-	rec, err := scanRecord(q.QueryRowContext(ctx, clockCTE+`SELECT `+cols("k.")+`, c.now FROM idem_keys k, c
+func (d *Driver) get(ctx context.Context, q driver.Executor, scope, key string) (idemtype.Record, error) {
+	rec, err := scanRecord(q.QueryRow(ctx, clockCTE+`SELECT `+cols("k.")+`, c.now FROM idem_keys k, c
 	WHERE k.scope = $2 AND k.key = $3`, d.clock(), scope, key))
 	if errors.Is(err, sql.ErrNoRows) {
 		return rec, driver.ErrNotFound
@@ -112,7 +111,7 @@ func (d *Driver) get(ctx context.Context, q driver.Querier, scope, key string) (
 
 // Takeover is a compare-and-swap on (state, attempt) that re-checks that the
 // record is free to take.
-func (d *Driver) Takeover(ctx context.Context, q driver.Querier, p driver.TakeoverParams) (driver.Record, error) {
+func (d *Driver) Takeover(ctx context.Context, q driver.Executor, p driver.TakeoverParams) (idemtype.Record, error) {
 	w := &groupcommit.Write{Key: p.Scope + "\x00" + p.Key}
 	if p.Park {
 		w.Query = clockCTE + `UPDATE idem_keys k SET state = 'parked', lease_until = c.now, updated_at = c.now
@@ -132,7 +131,7 @@ func (d *Driver) Takeover(ctx context.Context, q driver.Querier, p driver.Takeov
 			p.Scope, p.Key, string(p.FromState), p.FromAttempt}
 	}
 	var (
-		rec   driver.Record
+		rec   idemtype.Record
 		taken bool
 	)
 	w.Row = func(row groupcommit.Scanner) error {
@@ -141,7 +140,7 @@ func (d *Driver) Takeover(ctx context.Context, q driver.Querier, p driver.Takeov
 		taken = err == nil
 		return groupcommit.NoRowIsAnswer(err)
 	}
-	if err := d.write(ctx, q, w); err != nil {
+	if err := d.gc.Write(ctx, q, w); err != nil {
 		return rec, fmt.Errorf("postgres: takeover: %w", err)
 	}
 	if !taken {
@@ -156,7 +155,7 @@ const fenced = `k.scope = $2 AND k.key = $3 AND k.attempt = $4 AND k.lease_id = 
 // Heartbeat extends a held lease.
 func (d *Driver) Heartbeat(ctx context.Context, f driver.Fence, lease time.Duration) (time.Time, error) {
 	var until sql.NullTime
-	err := d.write(ctx, nil, &groupcommit.Write{
+	err := d.gc.Write(ctx, driver.Shared, &groupcommit.Write{
 		Key: f.Scope + "\x00" + f.Key,
 		Query: clockCTE + `UPDATE idem_keys k SET lease_until = c.now + $6` + msInterval + `, updated_at = c.now
 	FROM c WHERE ` + fenced + ` RETURNING k.lease_until`,
@@ -186,9 +185,9 @@ const finishSet = `state = $6, lease_until = c.now, updated_at = c.now,
 	status = $7, meta = $8, body = $9`
 
 // Finish ends a held claim, in the caller's transaction when q is not nil.
-func (d *Driver) Finish(ctx context.Context, q driver.Querier, p driver.FinishParams) error {
+func (d *Driver) Finish(ctx context.Context, q driver.Executor, p driver.FinishParams) error {
 	var n int64
-	err := d.write(ctx, q, &groupcommit.Write{
+	err := d.gc.Write(ctx, q, &groupcommit.Write{
 		Key:   p.Scope + "\x00" + p.Key,
 		Query: clockCTE + `UPDATE idem_keys k SET ` + finishSet + ` FROM c WHERE ` + fenced,
 		Args:  []any{d.clock(), p.Scope, p.Key, p.Attempt, p.LeaseID, string(p.State), p.Status, p.Meta, p.Body},
@@ -204,8 +203,8 @@ func (d *Driver) Finish(ctx context.Context, q driver.Querier, p driver.FinishPa
 }
 
 // Resolve applies an operator's decision.
-func (d *Driver) Resolve(ctx context.Context, p driver.ResolveParams) (driver.Record, error) {
-	rec, err := scanRecord(d.db.QueryRowContext(ctx, clockCTE+`UPDATE idem_keys k SET `+finishSet+`
+func (d *Driver) Resolve(ctx context.Context, p driver.ResolveParams) (idemtype.Record, error) {
+	rec, err := scanRecord(d.ex.QueryRow(ctx, clockCTE+`UPDATE idem_keys k SET `+finishSet+`
 	FROM c WHERE k.scope = $2 AND k.key = $3
 	AND (k.state = 'parked' OR (k.state = 'in_progress' AND (k.lease_until <= c.now OR $4::boolean OR $5::boolean)))
 	RETURNING `+cols("k.")+`, c.now`, d.clock(), p.Scope, p.Key, p.Force, false, string(p.State), p.Status, p.Meta, p.Body))
@@ -221,42 +220,41 @@ func (d *Driver) Resolve(ctx context.Context, p driver.ResolveParams) (driver.Re
 // Prune drops the results of records past retention and deletes tombstones
 // past their window, at most limit rows of each. Rows locked by a live
 // writer are skipped, not waited for.
-func (d *Driver) Prune(ctx context.Context, limit int) (driver.PruneResult, error) {
-	var out driver.PruneResult
-	res, err := d.db.ExecContext(ctx, clockCTE+`UPDATE idem_keys k SET state = 'tombstone', status = 0, meta = NULL, body = NULL, updated_at = c.now
+func (d *Driver) Prune(ctx context.Context, limit int) (idemtype.PruneCounts, error) {
+	var out idemtype.PruneCounts
+	n, err := d.ex.Exec(ctx, clockCTE+`UPDATE idem_keys k SET state = 'tombstone', status = 0, meta = NULL, body = NULL, updated_at = c.now
 	FROM c WHERE (k.scope, k.key) IN (SELECT scope, key FROM idem_keys, c
 		WHERE state IN ('succeeded', 'failed') AND expires_at <= c.now LIMIT $2 FOR UPDATE OF idem_keys SKIP LOCKED)`, d.clock(), limit)
 	if err != nil {
 		return out, fmt.Errorf("postgres: prune: %w", err)
 	}
-	n, _ := res.RowsAffected()
 	out.Tombstoned = int(n)
-	res, err = d.db.ExecContext(ctx, clockCTE+`DELETE FROM idem_keys k USING c WHERE (k.scope, k.key) IN (SELECT scope, key FROM idem_keys, c
+	n, err = d.ex.Exec(ctx, clockCTE+`DELETE FROM idem_keys k USING c WHERE (k.scope, k.key) IN (SELECT scope, key FROM idem_keys, c
 		WHERE (state = 'tombstone' AND tombstone_until <= c.now)
 		   OR (state = 'released' AND updated_at + retention_ms`+msInterval+` <= c.now)
 		LIMIT $2 FOR UPDATE OF idem_keys SKIP LOCKED)`, d.clock(), limit)
 	if err != nil {
 		return out, fmt.Errorf("postgres: prune: %w", err)
 	}
-	n, _ = res.RowsAffected()
 	out.Deleted = int(n)
 	return out, nil
 }
 
 // List returns records for operators, most recently updated first.
-func (d *Driver) List(ctx context.Context, f driver.ListFilter) ([]driver.Record, error) {
+func (d *Driver) List(ctx context.Context, f idemtype.ListFilter) ([]idemtype.Record, error) {
 	limit := f.Limit
 	if limit <= 0 {
 		limit = 100
 	}
-	rows, err := d.db.QueryContext(ctx, clockCTE+`SELECT `+cols("k.")+`, c.now FROM idem_keys k, c
+	rows, err := d.ex.Query(ctx, clockCTE+`SELECT `+cols("k.")+`, c.now FROM idem_keys k, c
 	WHERE ($2 = '' OR k.state = $2) AND ($3 = '' OR k.scope = $3) AND (NOT $4::boolean OR (k.state = 'in_progress' AND k.lease_until <= c.now))
-	ORDER BY k.updated_at DESC LIMIT $5`, d.clock(), string(f.State), f.Scope, f.Stale, limit)
+		AND ($6 = '' OR k.key = $6)
+	ORDER BY k.updated_at DESC LIMIT $5`, d.clock(), string(f.State), f.Scope, f.Stale, limit, f.Key)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: list: %w", err)
 	}
 	defer rows.Close()
-	var out []driver.Record
+	var out []idemtype.Record
 	for rows.Next() {
 		rec, err := scanRecord(rows)
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"github.com/idemdev/idem/driver"
 	"github.com/idemdev/idem/internal/groupcommit"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 )
 
@@ -29,44 +31,66 @@ var migrationFS embed.FS
 // Migrations returns the embedded schema, in order.
 func Migrations() []driver.Migration { return driver.MustLoadMigrations(migrationFS, "migrations") }
 
-// Driver is an open PostgreSQL database.
+// Options configures a Driver. A nil *Options means all defaults.
+type Options struct {
+	// ClosePool makes Close close the pool too, for a pool opened only for
+	// idem (as a URL-based open does). By default the application keeps
+	// its pool.
+	ClosePool bool
+}
+
+// Driver is a PostgreSQL database, on the application's pgx pool.
 type Driver struct {
-	db   *sql.DB
-	url  string
-	now  func() time.Time
-	migs []driver.Migration
-	// gc gathers ledger writes into group commits (nil: off), sent by the
-	// committers on connections of their own.
-	gc         *groupcommit.Queue
+	pool      *pgxpool.Pool
+	ex        driver.Executor // pool, for statements outside a caller's transaction
+	db        *sql.DB         // a database/sql view of pool, for Do's transactions
+	cc        *pgx.ConnConfig // how to open connections of its own (group commit, LISTEN)
+	closePool bool
+	now       func() time.Time
+	migs      []driver.Migration
+	// gc gathers ledger writes into group commits, sent by the committers
+	// on connections of their own.
+	gc         *groupcommit.Writer
 	committers []*committer
 }
 
-// Open connects to url (postgres://… or postgresql://…) and checks that the
-// server answers.
-func Open(ctx context.Context, url string, cfg driver.Config) (*Driver, error) {
-	cc, err := pgx.ParseConfig(url)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: bad URL: %w", err)
+// New makes a driver on the application's pool. Hand it to idem.New, which
+// sets it up. The pool's connections run idem's statements outside
+// transactions the application passes in; group commit and LISTEN use a
+// few connections of their own, opened with the pool's connection config.
+func New(pool *pgxpool.Pool, opts *Options) *Driver {
+	var o Options
+	if opts != nil {
+		o = *opts
 	}
-	db := stdlib.OpenDB(*cc)
-	db.SetMaxOpenConns(32)
-	db.SetMaxIdleConns(32)
-	db.SetConnMaxIdleTime(5 * time.Minute)
-	d := &Driver{db: db, url: url, now: cfg.Now, migs: Migrations()}
+	d := &Driver{pool: pool, closePool: o.ClosePool, migs: Migrations()}
+	if pool != nil {
+		d.ex = pgxExecutor{pool}
+		d.db = stdlib.OpenDBFromPool(pool)
+		d.cc = pool.Config().ConnConfig.Copy()
+	}
+	return d
+}
+
+// Setup checks that the server answers, applies the migrations and starts
+// group commit.
+func (d *Driver) Setup(ctx context.Context, cfg driver.Config) error {
+	if d.pool == nil {
+		return errors.New("postgres: New was given a nil pool")
+	}
+	d.now = cfg.Now
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := db.PingContext(pctx); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("postgres: connect to %s: %w", redact(cc), err)
+	if err := d.pool.Ping(pctx); err != nil {
+		return fmt.Errorf("postgres: connect to %s: %w", redact(d.cc), err)
 	}
 	if !cfg.NoMigrate {
 		if err := d.Migrate(ctx); err != nil {
-			db.Close()
-			return nil, err
+			return err
 		}
 	}
-	d.startGroupCommit(cc, cfg.MaxBatch)
-	return d, nil
+	d.startGroupCommit(groupcommit.MaxBatch(cfg.MaxBatch, DefaultMaxBatch))
+	return nil
 }
 
 // redact names the server without the password.
@@ -77,8 +101,29 @@ func redact(cc *pgx.ConnConfig) string {
 // Name returns "postgres".
 func (d *Driver) Name() string { return "postgres" }
 
-// DB returns the connection pool.
+// DB returns a database/sql view of the pool.
 func (d *Driver) DB() *sql.DB { return d.db }
+
+// Pool returns the application's pool.
+func (d *Driver) Pool() *pgxpool.Pool { return d.pool }
+
+// Begin begins a database/sql transaction on the pool, for user code (Do).
+func (d *Driver) Begin(ctx context.Context) (*sql.Tx, func(), error) {
+	tx, err := d.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("postgres: begin: %w", err)
+	}
+	return tx, func() {}, nil
+}
+
+// Executor adapts a caller's transaction: a pgx.Tx, or a *sql.Tx from any
+// pool on the same database.
+func (d *Driver) Executor(tx any) (driver.Executor, error) {
+	if t, ok := tx.(pgx.Tx); ok && t != nil {
+		return pgxExecutor{t}, nil
+	}
+	return driver.SQLTx("postgres", tx)
+}
 
 // Migrations returns the embedded schema, in order.
 func (d *Driver) Migrations() []driver.Migration { return d.migs }
@@ -104,7 +149,11 @@ func (d *Driver) Migrate(ctx context.Context) error {
 // connections and the pool.
 func (d *Driver) Close() error {
 	d.stopGroupCommit()
-	return d.db.Close()
+	err := d.db.Close()
+	if d.closePool {
+		d.pool.Close()
+	}
+	return err
 }
 
 // clock is the value bound to $1 of every statement: nil means the server's

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/idemdev/idem/driver"
 	"github.com/idemdev/idem/internal/crashpoint"
 	"github.com/idemdev/idem/internal/groupcommit"
 )
@@ -28,37 +27,6 @@ const batchWait = 200 * time.Microsecond
 // and a batch of one, is written as before, in its own autocommit
 // statement, so a lone caller waits for nobody.
 
-// startGroupCommit starts the committer unless max turns it off (-1, 1).
-func (d *Driver) startGroupCommit(max int) {
-	if max == 0 {
-		max = DefaultMaxBatch
-	}
-	if max <= 1 {
-		return
-	}
-	d.gc = groupcommit.New(d.groupCommitConfig(max), d.commitBatch)
-}
-
-// groupCommitConfig: lone writes run on the writer pool in their caller's
-// goroutine.
-func (d *Driver) groupCommitConfig(max int) groupcommit.Config {
-	return groupcommit.Config{Max: max, Wait: batchWait, Alone: func(ctx context.Context, w *groupcommit.Write) error {
-		return w.RunOn(ctx, d.w)
-	}}
-}
-
-// write runs w in the caller's transaction when q is set, else through
-// group commit (or alone when it is off).
-func (d *Driver) write(ctx context.Context, q driver.Querier, w *groupcommit.Write) error {
-	switch {
-	case q != nil:
-		return w.RunOn(ctx, q)
-	case d.gc == nil:
-		return w.RunOn(ctx, d.w)
-	}
-	return d.gc.Do(ctx, w)
-}
-
 // commitBatch writes a batch in one transaction and answers every caller
 // after the commit. A write whose statement fails rolls the batch back;
 // then every write runs again on its own, so the failure reaches only the
@@ -74,7 +42,7 @@ func (d *Driver) commitBatch(batch []*groupcommit.Write) {
 		batch[0].Answer(batch[0].RunOn(ctx, d.w))
 		return
 	}
-	tx, err := d.w.BeginTx(ctx, nil) // BEGIN IMMEDIATE
+	tx, err := d.w.begin(ctx) // BEGIN IMMEDIATE
 	if err != nil {
 		err = fmt.Errorf("group commit: begin: %w", err)
 		for _, w := range batch {

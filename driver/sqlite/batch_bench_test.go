@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/dburl"
 )
 
 // BenchmarkClaimComplete measures a claim and its completion (two ledger
@@ -24,7 +25,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 				name := fmt.Sprintf("sync=%s/maxbatch=%d/callers=%d", sync, batch, par)
 				b.Run(name, func(b *testing.B) {
 					url := "sqlite:" + filepath.Join(b.TempDir(), "bench.db") + "?synchronous=" + sync
-					l, err := idem.Open(context.Background(), url, &idem.Options{MaxBatch: batch})
+					l, err := dburl.Open(context.Background(), url, &idem.Options{MaxBatch: batch})
 					if err != nil {
 						b.Fatal(err)
 					}

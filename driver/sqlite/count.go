@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/idemdev/idem/driver"
+	"github.com/idemdev/idem/idemtype"
 )
 
 var _ driver.Counter = (*Driver)(nil)
@@ -12,12 +13,12 @@ var _ driver.Counter = (*Driver)(nil)
 // CountOpen counts from the read pool. In-progress and stale counts use the
 // partial index on lease_until; parked has no index and scans, stopped
 // early by limit.
-func (d *Driver) CountOpen(ctx context.Context, limit int) (driver.OpenCounts, error) {
+func (d *Driver) CountOpen(ctx context.Context, limit int) (idemtype.OpenCounts, error) {
 	if limit <= 0 {
 		limit = -1 // SQLite: no limit
 	}
-	var c driver.OpenCounts
-	err := d.r.QueryRowContext(ctx, `SELECT
+	var c idemtype.OpenCounts
+	err := d.r.QueryRow(ctx, `SELECT
 	(SELECT count(*) FROM (SELECT 1 FROM idem_keys WHERE state = 'in_progress' LIMIT ?2)),
 	(SELECT count(*) FROM (SELECT 1 FROM idem_keys WHERE state = 'in_progress' AND lease_until <= ?1 LIMIT ?2)),
 	(SELECT count(*) FROM (SELECT 1 FROM idem_keys WHERE state = 'parked' LIMIT ?2))`,
@@ -29,9 +30,9 @@ func (d *Driver) CountOpen(ctx context.Context, limit int) (driver.OpenCounts, e
 }
 
 // CountPrunable mirrors the predicates of Prune.
-func (d *Driver) CountPrunable(ctx context.Context) (driver.PruneResult, error) {
-	var r driver.PruneResult
-	err := d.r.QueryRowContext(ctx, `SELECT
+func (d *Driver) CountPrunable(ctx context.Context) (idemtype.PruneCounts, error) {
+	var r idemtype.PruneCounts
+	err := d.r.QueryRow(ctx, `SELECT
 	(SELECT count(*) FROM idem_keys WHERE state IN ('succeeded', 'failed') AND expires_at <= ?1),
 	(SELECT count(*) FROM idem_keys WHERE (state IN ('succeeded', 'failed', 'tombstone') AND tombstone_until <= ?1)
 		OR (state = 'released' AND updated_at + retention_ms <= ?1))`,

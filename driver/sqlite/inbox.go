@@ -13,20 +13,18 @@ import (
 // InboxRecord inserts the message's row or reads the one already there. In
 // the caller's transaction, which on SQLite holds the only writer, the two
 // steps cannot interleave with another recorder.
-func (d *Driver) InboxRecord(ctx context.Context, q driver.Querier, source, id, hash string) (bool, string, error) {
-	q = cmpQ(q, d.w)
-	res, err := q.ExecContext(ctx, `INSERT INTO idem_inbox (source, message_id, payload_hash, received_at)
+func (d *Driver) InboxRecord(ctx context.Context, q driver.Executor, source, id, hash string) (bool, string, error) {
+	q = d.onWriter(q)
+	n, err := q.Exec(ctx, `INSERT INTO idem_inbox (source, message_id, payload_hash, received_at)
 	VALUES (?, ?, ?, ?) ON CONFLICT (source, message_id) DO NOTHING`, source, id, hash, d.nowMS())
 	if err != nil {
 		return false, "", fmt.Errorf("sqlite: inbox record: %w", err)
 	}
-	if n, err := res.RowsAffected(); err != nil {
-		return false, "", fmt.Errorf("sqlite: inbox record: %w", err)
-	} else if n == 1 {
+	if n == 1 {
 		return false, hash, nil
 	}
 	var stored string
-	err = q.QueryRowContext(ctx, `SELECT payload_hash FROM idem_inbox WHERE source = ? AND message_id = ?`, source, id).Scan(&stored)
+	err = q.QueryRow(ctx, `SELECT payload_hash FROM idem_inbox WHERE source = ? AND message_id = ?`, source, id).Scan(&stored)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, "", driver.ErrConflict // pruned between the two steps
 	}
@@ -38,11 +36,10 @@ func (d *Driver) InboxRecord(ctx context.Context, q driver.Querier, source, id, 
 
 // InboxPrune deletes records received at least olderThan ago.
 func (d *Driver) InboxPrune(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
-	res, err := d.w.ExecContext(ctx, `DELETE FROM idem_inbox WHERE (source, message_id) IN (
+	n, err := d.w.Exec(ctx, `DELETE FROM idem_inbox WHERE (source, message_id) IN (
 	SELECT source, message_id FROM idem_inbox WHERE received_at <= ? LIMIT ?)`, d.nowMS()-ms(olderThan), limit)
 	if err != nil {
 		return 0, fmt.Errorf("sqlite: inbox prune: %w", err)
 	}
-	n, err := res.RowsAffected()
-	return int(n), err
+	return int(n), nil
 }

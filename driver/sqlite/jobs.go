@@ -40,7 +40,7 @@ func scanJob(s scanner, now int64) (driver.JobRow, error) {
 	return j, nil
 }
 
-func scanJobs(rows *sql.Rows, now int64) ([]driver.JobRow, error) {
+func scanJobs(rows driver.Rows, now int64) ([]driver.JobRow, error) {
 	defer rows.Close()
 	var out []driver.JobRow
 	for rows.Next() {
@@ -69,11 +69,11 @@ func appendError(text string) string {
 
 // EnqueueJobs inserts jobs in order; a taken unique key returns the
 // existing job. Without q, a batch gets its own transaction.
-func (d *Driver) EnqueueJobs(ctx context.Context, q driver.Querier, jobs []driver.JobInsert) ([]driver.JobRow, []bool, error) {
-	if q != nil || len(jobs) == 1 {
-		return d.enqueue(ctx, cmpQ(q, d.w), jobs)
+func (d *Driver) EnqueueJobs(ctx context.Context, q driver.Executor, jobs []driver.JobInsert) ([]driver.JobRow, []bool, error) {
+	if q != driver.Shared || len(jobs) == 1 {
+		return d.enqueue(ctx, d.onWriter(q), jobs)
 	}
-	tx, err := d.w.BeginTx(ctx, nil)
+	tx, err := d.w.begin(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("sqlite: enqueue: %w", err)
 	}
@@ -88,14 +88,15 @@ func (d *Driver) EnqueueJobs(ctx context.Context, q driver.Querier, jobs []drive
 	return rows, dup, nil
 }
 
-func cmpQ(q, def driver.Querier) driver.Querier {
-	if q == nil {
-		return def
+// onWriter is ex, or the writer for driver.Shared.
+func (d *Driver) onWriter(ex driver.Executor) driver.Executor {
+	if ex == driver.Shared {
+		return d.w
 	}
-	return q
+	return ex
 }
 
-func (d *Driver) enqueue(ctx context.Context, q driver.Querier, jobs []driver.JobInsert) ([]driver.JobRow, []bool, error) {
+func (d *Driver) enqueue(ctx context.Context, q driver.Executor, jobs []driver.JobInsert) ([]driver.JobRow, []bool, error) {
 	rows := make([]driver.JobRow, len(jobs))
 	dup := make([]bool, len(jobs))
 	for i, j := range jobs {
@@ -112,7 +113,7 @@ func (d *Driver) enqueue(ctx context.Context, q driver.Querier, jobs []driver.Jo
 // holding the key was pruned between the two steps.
 const maxEnqueueTries = 3
 
-func (d *Driver) enqueueOne(ctx context.Context, q driver.Querier, j driver.JobInsert) (driver.JobRow, bool, error) {
+func (d *Driver) enqueueOne(ctx context.Context, q driver.Executor, j driver.JobInsert) (driver.JobRow, bool, error) {
 	args := j.Args
 	if args == nil {
 		args = []byte{}
@@ -123,7 +124,7 @@ func (d *Driver) enqueueOne(ctx context.Context, q driver.Querier, j driver.JobI
 		if !j.RunAt.IsZero() {
 			runAt = j.RunAt.UnixMilli()
 		}
-		row, err := scanJob(q.QueryRowContext(ctx, `INSERT INTO idem_jobs
+		row, err := scanJob(q.QueryRow(ctx, `INSERT INTO idem_jobs
 	(queue, kind, args, state, max_attempts, run_at, unique_key, created_at, updated_at)
 	VALUES (?1, ?2, ?3, 'available', ?4, ?5, ?6, ?7, ?7)
 	ON CONFLICT (queue, unique_key) DO NOTHING
@@ -134,7 +135,7 @@ func (d *Driver) enqueueOne(ctx context.Context, q driver.Querier, j driver.JobI
 		if !errors.Is(err, sql.ErrNoRows) {
 			return row, false, fmt.Errorf("sqlite: enqueue: %w", err)
 		}
-		row, err = scanJob(q.QueryRowContext(ctx, `SELECT `+jobCols+` FROM idem_jobs WHERE queue = ? AND unique_key = ?`,
+		row, err = scanJob(q.QueryRow(ctx, `SELECT `+jobCols+` FROM idem_jobs WHERE queue = ? AND unique_key = ?`,
 			j.Queue, j.UniqueKey), now)
 		if errors.Is(err, sql.ErrNoRows) {
 			continue
@@ -148,7 +149,9 @@ func (d *Driver) enqueueOne(ctx context.Context, q driver.Querier, j driver.JobI
 }
 
 // NotifyJobs does nothing: SQLite workers poll.
-func (d *Driver) NotifyJobs(ctx context.Context, q driver.Querier, queues []string) error { return nil }
+func (d *Driver) NotifyJobs(ctx context.Context, q driver.Executor, queues []string) error {
+	return nil
+}
 
 // ListenJobs returns errors.ErrUnsupported: SQLite workers poll.
 func (d *Driver) ListenJobs(ctx context.Context, ready func(), wake func(string)) error {
@@ -160,13 +163,13 @@ func (d *Driver) ListenJobs(ctx context.Context, ready func(), wake func(string)
 // PostgreSQL driver's behaviour, whose single statement cannot see its own
 // rescues: a rescued job is claimable from the next claim on.
 func (d *Driver) ClaimJobs(ctx context.Context, p driver.ClaimJobsParams) ([]driver.JobRow, error) {
-	tx, err := d.w.BeginTx(ctx, nil)
+	tx, err := d.w.begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: claim jobs: %w", err)
 	}
 	defer tx.Rollback()
 	now := d.nowMS() // read after the write lock is held
-	rows, err := tx.QueryContext(ctx, `UPDATE idem_jobs SET state = 'running', attempt = attempt + 1,
+	rows, err := tx.Query(ctx, `UPDATE idem_jobs SET state = 'running', attempt = attempt + 1,
 	lease_id = ?2, lease_until = ?1 + ?3, worker = ?4, attempted_at = ?1, updated_at = ?1
 	WHERE id IN (SELECT id FROM idem_jobs WHERE state = 'available' AND queue = ?5 AND run_at <= ?1
 		ORDER BY run_at, id LIMIT ?6)
@@ -179,7 +182,7 @@ func (d *Driver) ClaimJobs(ctx context.Context, p driver.ClaimJobsParams) ([]dri
 		return nil, fmt.Errorf("sqlite: claim jobs: %w", err)
 	}
 	if p.RescueLimit > 0 {
-		if _, err := tx.ExecContext(ctx, `UPDATE idem_jobs SET
+		if _, err := tx.Exec(ctx, `UPDATE idem_jobs SET
 	state = CASE WHEN attempt < max_attempts THEN 'available' ELSE 'dead' END,
 	finalized_at = CASE WHEN attempt < max_attempts THEN NULL ELSE ?1 END,
 	run_at = ?1, lease_until = NULL, updated_at = ?1,
@@ -209,7 +212,7 @@ const jobFenced = `id = ?2 AND attempt = ?3 AND lease_id = ?4 AND state = 'runni
 func (d *Driver) HeartbeatJob(ctx context.Context, f driver.JobFence, lease time.Duration) (time.Time, error) {
 	now := d.nowMS()
 	var until int64
-	err := d.w.QueryRowContext(ctx, `UPDATE idem_jobs SET lease_until = ?1 + ?5, updated_at = ?1 WHERE `+jobFenced+`
+	err := d.w.QueryRow(ctx, `UPDATE idem_jobs SET lease_until = ?1 + ?5, updated_at = ?1 WHERE `+jobFenced+`
 	RETURNING lease_until`, now, f.ID, f.Attempt, f.LeaseID, ms(lease)).Scan(&until)
 	if errors.Is(err, sql.ErrNoRows) {
 		return time.Time{}, driver.ErrFenced
@@ -233,14 +236,12 @@ func finishArgs(now int64, p driver.FinishJobParams) []any {
 }
 
 // FinishJob ends a held claim, in the caller's transaction when q is not nil.
-func (d *Driver) FinishJob(ctx context.Context, q driver.Querier, p driver.FinishJobParams) error {
-	res, err := cmpQ(q, d.w).ExecContext(ctx, finishJob, finishArgs(d.nowMS(), p)...)
+func (d *Driver) FinishJob(ctx context.Context, q driver.Executor, p driver.FinishJobParams) error {
+	n, err := d.onWriter(q).Exec(ctx, finishJob, finishArgs(d.nowMS(), p)...)
 	if err != nil {
 		return fmt.Errorf("sqlite: finish job: %w", err)
 	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("sqlite: finish job: %w", err)
-	} else if n == 0 {
+	if n == 0 {
 		return driver.ErrFenced
 	}
 	return nil
@@ -249,24 +250,15 @@ func (d *Driver) FinishJob(ctx context.Context, q driver.Querier, p driver.Finis
 // FinishJobs ends many claims in one BEGIN IMMEDIATE transaction: one
 // commit (one fsync) for the batch.
 func (d *Driver) FinishJobs(ctx context.Context, ps []driver.FinishJobParams) ([]bool, error) {
-	tx, err := d.w.BeginTx(ctx, nil)
+	tx, err := d.w.begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: finish jobs: %w", err)
 	}
 	defer tx.Rollback()
-	stmt, err := tx.PrepareContext(ctx, finishJob)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: finish jobs: %w", err)
-	}
-	defer stmt.Close()
 	now := d.nowMS()
 	fenced := make([]bool, len(ps))
 	for i, p := range ps {
-		res, err := stmt.ExecContext(ctx, finishArgs(now, p)...)
-		if err != nil {
-			return nil, fmt.Errorf("sqlite: finish jobs: %w", err)
-		}
-		n, err := res.RowsAffected()
+		n, err := tx.Exec(ctx, finishJob, finishArgs(now, p)...)
 		if err != nil {
 			return nil, fmt.Errorf("sqlite: finish jobs: %w", err)
 		}
@@ -281,7 +273,7 @@ func (d *Driver) FinishJobs(ctx context.Context, ps []driver.FinishJobParams) ([
 // GetJob reads one job from the read pool.
 func (d *Driver) GetJob(ctx context.Context, id int64) (driver.JobRow, error) {
 	now := d.nowMS()
-	j, err := scanJob(d.r.QueryRowContext(ctx, `SELECT `+jobCols+` FROM idem_jobs WHERE id = ?`, id), now)
+	j, err := scanJob(d.r.QueryRow(ctx, `SELECT `+jobCols+` FROM idem_jobs WHERE id = ?`, id), now)
 	if errors.Is(err, sql.ErrNoRows) {
 		return j, driver.ErrNotFound
 	}
@@ -318,7 +310,7 @@ func (d *Driver) ListJobs(ctx context.Context, f driver.JobFilter) ([]driver.Job
 		limit = 100
 	}
 	args = append(args, limit)
-	rows, err := d.r.QueryContext(ctx, `SELECT `+jobCols+` FROM idem_jobs WHERE `+strings.Join(where, " AND ")+
+	rows, err := d.r.Query(ctx, `SELECT `+jobCols+` FROM idem_jobs WHERE `+strings.Join(where, " AND ")+
 		` ORDER BY id LIMIT ?`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: list jobs: %w", err)
@@ -332,7 +324,7 @@ func (d *Driver) ListJobs(ctx context.Context, f driver.JobFilter) ([]driver.Job
 
 // CountJobs counts a queue's jobs by state, from the read pool.
 func (d *Driver) CountJobs(ctx context.Context, queue string) (map[driver.JobState]int, error) {
-	rows, err := d.r.QueryContext(ctx, `SELECT state, count(*) FROM idem_jobs WHERE ?1 = '' OR queue = ?1 GROUP BY state`, queue)
+	rows, err := d.r.Query(ctx, `SELECT state, count(*) FROM idem_jobs WHERE ?1 = '' OR queue = ?1 GROUP BY state`, queue)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: count jobs: %w", err)
 	}
@@ -346,7 +338,7 @@ func (d *Driver) CountJobs(ctx context.Context, queue string) (map[driver.JobSta
 // RequeueJob makes a dead job available now.
 func (d *Driver) RequeueJob(ctx context.Context, id int64, attempts int) (driver.JobRow, error) {
 	now := d.nowMS()
-	j, err := scanJob(d.w.QueryRowContext(ctx, `UPDATE idem_jobs SET state = 'available', run_at = ?1, updated_at = ?1,
+	j, err := scanJob(d.w.QueryRow(ctx, `UPDATE idem_jobs SET state = 'available', run_at = ?1, updated_at = ?1,
 	finalized_at = NULL, max_attempts = attempt + ?3
 	WHERE id = ?2 AND state = 'dead' RETURNING `+jobCols, now, id, attempts), now)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -365,13 +357,11 @@ func (d *Driver) DeleteJob(ctx context.Context, id int64, states []driver.JobSta
 	for _, s := range states {
 		args = append(args, string(s))
 	}
-	res, err := d.w.ExecContext(ctx, `DELETE FROM idem_jobs WHERE id = ? AND state IN (`+marks+`)`, args...)
+	n, err := d.w.Exec(ctx, `DELETE FROM idem_jobs WHERE id = ? AND state IN (`+marks+`)`, args...)
 	if err != nil {
 		return fmt.Errorf("sqlite: delete job: %w", err)
 	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("sqlite: delete job: %w", err)
-	} else if n == 0 {
+	if n == 0 {
 		return d.missingOrConflict(ctx, id)
 	}
 	return nil
@@ -379,7 +369,7 @@ func (d *Driver) DeleteJob(ctx context.Context, id int64, states []driver.JobSta
 
 func (d *Driver) missingOrConflict(ctx context.Context, id int64) error {
 	var one int
-	err := d.w.QueryRowContext(ctx, `SELECT 1 FROM idem_jobs WHERE id = ?`, id).Scan(&one)
+	err := d.w.QueryRow(ctx, `SELECT 1 FROM idem_jobs WHERE id = ?`, id).Scan(&one)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return driver.ErrNotFound
@@ -392,11 +382,10 @@ func (d *Driver) missingOrConflict(ctx context.Context, id int64) error {
 // PruneJobs deletes completed jobs finalized at least olderThan ago.
 func (d *Driver) PruneJobs(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
 	now := d.nowMS()
-	res, err := d.w.ExecContext(ctx, `DELETE FROM idem_jobs WHERE id IN (SELECT id FROM idem_jobs
+	n, err := d.w.Exec(ctx, `DELETE FROM idem_jobs WHERE id IN (SELECT id FROM idem_jobs
 	WHERE state = 'completed' AND finalized_at <= ?1 LIMIT ?2)`, now-ms(olderThan), limit)
 	if err != nil {
 		return 0, fmt.Errorf("sqlite: prune jobs: %w", err)
 	}
-	n, err := res.RowsAffected()
-	return int(n), err
+	return int(n), nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemdev/idem/driver"
+	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/internal/groupcommit"
 )
 
@@ -28,9 +29,9 @@ func nullMS(v sql.NullInt64) time.Time {
 
 type scanner interface{ Scan(dest ...any) error }
 
-func scanRecord(s scanner, now int64) (driver.Record, error) {
+func scanRecord(s scanner, now int64) (idemtype.Record, error) {
 	var (
-		r                                      driver.Record
+		r                                      idemtype.Record
 		state                                  string
 		leaseUntil, retention, tomb, cAt, uAt  int64
 		completedAt, expiresAt, tombstoneUntil sql.NullInt64
@@ -40,7 +41,7 @@ func scanRecord(s scanner, now int64) (driver.Record, error) {
 	if err != nil {
 		return r, err
 	}
-	r.State = driver.State(state)
+	r.State = idemtype.State(state)
 	r.LeaseUntil = fromMS(leaseUntil)
 	r.Retention = time.Duration(retention) * time.Millisecond
 	r.TombstoneTTL = time.Duration(tomb) * time.Millisecond
@@ -56,14 +57,14 @@ func scanRecord(s scanner, now int64) (driver.Record, error) {
 // what was inserted. The read of an existing row uses the read pool, so
 // replays do not queue behind writers. The read comes after the insert's
 // commit, so it sees a row that a write of the same batch inserted.
-func (d *Driver) Claim(ctx context.Context, q driver.Querier, p driver.ClaimParams) (driver.Record, bool, error) {
-	r := driver.Querier(d.r)
-	if q != nil {
+func (d *Driver) Claim(ctx context.Context, q driver.Executor, p driver.ClaimParams) (idemtype.Record, bool, error) {
+	r := driver.Executor(d.r)
+	if q != driver.Shared {
 		r = q
 	}
 	now := d.nowMS()
 	var created bool
-	err := d.write(ctx, q, &groupcommit.Write{
+	err := d.gc.Write(ctx, q, &groupcommit.Write{
 		Key: p.Scope + "\x00" + p.Key,
 		Query: `INSERT INTO idem_keys
 	(scope, key, fingerprint, state, attempt, lease_id, lease_until, retention_ms, tombstone_ms, created_at, updated_at)
@@ -73,7 +74,7 @@ func (d *Driver) Claim(ctx context.Context, q driver.Querier, p driver.ClaimPara
 		Exec: func(n int64) error { created = n == 1; return nil },
 	})
 	if err != nil {
-		return driver.Record{}, false, fmt.Errorf("sqlite: claim: %w", err)
+		return idemtype.Record{}, false, fmt.Errorf("sqlite: claim: %w", err)
 	}
 	if created {
 		return p.Created(fromMS(now+ms(p.Lease)), fromMS(now)), true, nil
@@ -86,13 +87,13 @@ func (d *Driver) Claim(ctx context.Context, q driver.Querier, p driver.ClaimPara
 }
 
 // Get reads one record from the read pool.
-func (d *Driver) Get(ctx context.Context, scope, key string) (driver.Record, error) {
+func (d *Driver) Get(ctx context.Context, scope, key string) (idemtype.Record, error) {
 	return d.get(ctx, d.r, scope, key)
 }
 
-func (d *Driver) get(ctx context.Context, q driver.Querier, scope, key string) (driver.Record, error) {
+func (d *Driver) get(ctx context.Context, q driver.Executor, scope, key string) (idemtype.Record, error) {
 	now := d.nowMS()
-	rec, err := scanRecord(q.QueryRowContext(ctx, `SELECT `+cols+` FROM idem_keys WHERE scope = ? AND key = ?`, scope, key), now)
+	rec, err := scanRecord(q.QueryRow(ctx, `SELECT `+cols+` FROM idem_keys WHERE scope = ? AND key = ?`, scope, key), now)
 	if errors.Is(err, sql.ErrNoRows) {
 		return rec, driver.ErrNotFound
 	}
@@ -110,7 +111,7 @@ const takeable = `(state = 'released'
 
 // Takeover is a compare-and-swap on (state, attempt) that also re-checks
 // that the record is free to take.
-func (d *Driver) Takeover(ctx context.Context, q driver.Querier, p driver.TakeoverParams) (driver.Record, error) {
+func (d *Driver) Takeover(ctx context.Context, q driver.Executor, p driver.TakeoverParams) (idemtype.Record, error) {
 	now := d.nowMS()
 	var w *groupcommit.Write
 	if p.Park {
@@ -126,7 +127,7 @@ func (d *Driver) Takeover(ctx context.Context, q driver.Querier, p driver.Takeov
 			p.Scope, p.Key, string(p.FromState), p.FromAttempt}}
 	}
 	var (
-		rec   driver.Record
+		rec   idemtype.Record
 		taken bool
 	)
 	w.Key = p.Scope + "\x00" + p.Key
@@ -136,7 +137,7 @@ func (d *Driver) Takeover(ctx context.Context, q driver.Querier, p driver.Takeov
 		taken = err == nil
 		return groupcommit.NoRowIsAnswer(err)
 	}
-	if err := d.write(ctx, q, w); err != nil {
+	if err := d.gc.Write(ctx, q, w); err != nil {
 		return rec, fmt.Errorf("sqlite: takeover: %w", err)
 	}
 	if !taken {
@@ -152,7 +153,7 @@ const fenced = `scope = ?2 AND key = ?3 AND attempt = ?4 AND lease_id = ?5 AND s
 func (d *Driver) Heartbeat(ctx context.Context, f driver.Fence, lease time.Duration) (time.Time, error) {
 	now := d.nowMS()
 	var until sql.NullInt64
-	err := d.write(ctx, nil, &groupcommit.Write{
+	err := d.gc.Write(ctx, driver.Shared, &groupcommit.Write{
 		Key:   f.Scope + "\x00" + f.Key,
 		Query: `UPDATE idem_keys SET lease_until = ?6, updated_at = ?1 WHERE ` + fenced + ` RETURNING lease_until`,
 		Args:  []any{now, f.Scope, f.Key, f.Attempt, f.LeaseID, now + ms(lease)},
@@ -180,11 +181,11 @@ const finishSet = `state = ?6, lease_until = ?1, updated_at = ?1,
 	tombstone_until = CASE WHEN ?6 IN ('succeeded', 'failed') THEN ?1 + retention_ms + tombstone_ms END,
 	status = ?7, meta = ?8, body = ?9`
 
-// Finish ends a held claim, in the caller's transaction when q is not nil.
-func (d *Driver) Finish(ctx context.Context, q driver.Querier, p driver.FinishParams) error {
+// Finish ends a held claim, in the caller's transaction unless q is driver.Shared.
+func (d *Driver) Finish(ctx context.Context, q driver.Executor, p driver.FinishParams) error {
 	now := d.nowMS()
 	var n int64
-	err := d.write(ctx, q, &groupcommit.Write{
+	err := d.gc.Write(ctx, q, &groupcommit.Write{
 		Key:   p.Scope + "\x00" + p.Key,
 		Query: `UPDATE idem_keys SET ` + finishSet + ` WHERE ` + fenced,
 		Args:  []any{now, p.Scope, p.Key, p.Attempt, p.LeaseID, string(p.State), p.Status, p.Meta, p.Body},
@@ -200,9 +201,9 @@ func (d *Driver) Finish(ctx context.Context, q driver.Querier, p driver.FinishPa
 }
 
 // Resolve applies an operator's decision.
-func (d *Driver) Resolve(ctx context.Context, p driver.ResolveParams) (driver.Record, error) {
+func (d *Driver) Resolve(ctx context.Context, p driver.ResolveParams) (idemtype.Record, error) {
 	now := d.nowMS()
-	row := d.w.QueryRowContext(ctx, `UPDATE idem_keys SET `+finishSet+`
+	row := d.w.QueryRow(ctx, `UPDATE idem_keys SET `+finishSet+`
 	WHERE scope = ?2 AND key = ?3 AND (state = 'parked' OR (state = 'in_progress' AND (lease_until <= ?1 OR ?4)))
 	RETURNING `+cols, now, p.Scope, p.Key, p.Force, nil, string(p.State), p.Status, p.Meta, p.Body)
 	rec, err := scanRecord(row, now)
@@ -217,46 +218,45 @@ func (d *Driver) Resolve(ctx context.Context, p driver.ResolveParams) (driver.Re
 
 // Prune drops the results of records past retention and deletes tombstones
 // past their window, at most limit rows of each, in one transaction.
-func (d *Driver) Prune(ctx context.Context, limit int) (driver.PruneResult, error) {
-	var out driver.PruneResult
+func (d *Driver) Prune(ctx context.Context, limit int) (idemtype.PruneCounts, error) {
+	var out idemtype.PruneCounts
 	now := d.nowMS()
-	tx, err := d.w.BeginTx(ctx, nil)
+	tx, err := d.w.begin(ctx)
 	if err != nil {
 		return out, fmt.Errorf("sqlite: prune: %w", err)
 	}
 	defer tx.Rollback()
-	res, err := tx.ExecContext(ctx, `UPDATE idem_keys SET state = 'tombstone', status = 0, meta = NULL, body = NULL, updated_at = ?1
+	n, err := tx.Exec(ctx, `UPDATE idem_keys SET state = 'tombstone', status = 0, meta = NULL, body = NULL, updated_at = ?1
 	WHERE rowid IN (SELECT rowid FROM idem_keys WHERE state IN ('succeeded', 'failed') AND expires_at <= ?1 LIMIT ?2)`, now, limit)
 	if err != nil {
 		return out, fmt.Errorf("sqlite: prune: %w", err)
 	}
-	n, _ := res.RowsAffected()
 	out.Tombstoned = int(n)
-	res, err = tx.ExecContext(ctx, `DELETE FROM idem_keys WHERE rowid IN (SELECT rowid FROM idem_keys
+	n, err = tx.Exec(ctx, `DELETE FROM idem_keys WHERE rowid IN (SELECT rowid FROM idem_keys
 	WHERE (state = 'tombstone' AND tombstone_until <= ?1) OR (state = 'released' AND updated_at + retention_ms <= ?1) LIMIT ?2)`, now, limit)
 	if err != nil {
 		return out, fmt.Errorf("sqlite: prune: %w", err)
 	}
-	n, _ = res.RowsAffected()
 	out.Deleted = int(n)
 	return out, tx.Commit()
 }
 
 // List returns records for operators, most recently updated first.
-func (d *Driver) List(ctx context.Context, f driver.ListFilter) ([]driver.Record, error) {
+func (d *Driver) List(ctx context.Context, f idemtype.ListFilter) ([]idemtype.Record, error) {
 	now := d.nowMS()
 	limit := f.Limit
 	if limit <= 0 {
 		limit = 100
 	}
-	rows, err := d.r.QueryContext(ctx, `SELECT `+cols+` FROM idem_keys
+	rows, err := d.r.Query(ctx, `SELECT `+cols+` FROM idem_keys
 	WHERE (?1 = '' OR state = ?1) AND (?2 = '' OR scope = ?2) AND (NOT ?3 OR (state = 'in_progress' AND lease_until <= ?4))
-	ORDER BY updated_at DESC LIMIT ?5`, string(f.State), f.Scope, f.Stale, now, limit)
+		AND (?6 = '' OR key = ?6)
+	ORDER BY updated_at DESC LIMIT ?5`, string(f.State), f.Scope, f.Stale, now, limit, f.Key)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: list: %w", err)
 	}
 	defer rows.Close()
-	var out []driver.Record
+	var out []idemtype.Record
 	for rows.Next() {
 		rec, err := scanRecord(rows, now)
 		if err != nil {

@@ -1,12 +1,19 @@
 // Package sqlite is idem's embedded driver: one database file, no server.
 //
-// Every write goes through one connection that starts its transactions with
-// BEGIN IMMEDIATE, so writers in this process queue in Go instead of spinning
-// on busy_timeout, and a transaction never fails with SQLITE_BUSY after it
-// has read. Reads use a separate pool. The file is in WAL mode with
-// synchronous=FULL by default: a claim survives a power cut. NORMAL (by
-// option) survives a killed process but may lose the last commits on power
-// loss.
+// It runs on the application's *sql.DB, opened with any database/sql SQLite
+// driver: modernc.org/sqlite (pure Go) or mattn/go-sqlite3 (cgo). It keeps
+// one connection of that pool for its writes, starts their transactions
+// with BEGIN IMMEDIATE and queues them in Go, so that idem's writers never
+// spin on busy_timeout and a transaction never fails with SQLITE_BUSY
+// after it has read. Reads use the rest of the pool. Setup puts the file
+// in WAL mode with synchronous=FULL by default: a claim survives a power
+// cut. NORMAL (by option) survives a killed process but may lose the last
+// commits on power loss.
+//
+// The application's own writing transactions on the same file (the ones it
+// hands to EnqueueTx or ClaimTx) should begin with BEGIN IMMEDIATE too
+// (_txlock=immediate in both drivers' DSNs) and set a busy_timeout, or a
+// transaction that reads before it writes can fail with SQLITE_BUSY.
 //
 // SQLite runs on one host, so the host clock is the one clock: leases are
 // computed from it at each statement, never from a clock a worker carries.
@@ -18,16 +25,11 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"net/url"
-	"os"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"time"
 
 	"github.com/idemdev/idem/driver"
 	"github.com/idemdev/idem/internal/groupcommit"
-	_ "github.com/mattn/go-sqlite3" // registers "sqlite3"
 )
 
 //go:embed migrations/*.sql
@@ -36,94 +38,160 @@ var migrationFS embed.FS
 // Migrations returns the embedded schema, in order.
 func Migrations() []driver.Migration { return driver.MustLoadMigrations(migrationFS, "migrations") }
 
-// Driver is an open SQLite database.
-type Driver struct {
-	path string
-	w    *sql.DB // one connection, BEGIN IMMEDIATE
-	r    *sql.DB // read pool
-	now  func() time.Time
-	migs []driver.Migration
-	gc   *groupcommit.Queue // nil: every write commits on its own
+// Synchronous is SQLite's durability setting for idem's writes.
+type Synchronous string
+
+// The settings idem runs with.
+const (
+	// SyncFull survives a power cut: each commit is on disk when it
+	// returns. The default.
+	SyncFull Synchronous = "FULL"
+	// SyncNormal survives a killed process, but a power cut may lose the
+	// last commits: a claim acknowledged just before it can run again.
+	SyncNormal Synchronous = "NORMAL"
+)
+
+// Options configures a Driver. A nil *Options means all defaults.
+type Options struct {
+	// Synchronous is the durability of idem's writes. Default SyncFull.
+	Synchronous Synchronous
+	// CloseDB makes Close close the *sql.DB too, for a pool opened only
+	// for idem (as a URL-based open does). By default the application
+	// keeps its pool.
+	CloseDB bool
 }
 
-// Open opens (creating if needed) the database file at path. Options may be
-// given as a query string on the path: "idem.db?synchronous=normal".
-func Open(ctx context.Context, path string, cfg driver.Config) (*Driver, error) {
-	path, query, _ := strings.Cut(path, "?")
-	if path == "" {
-		return nil, errors.New("sqlite: empty database path (want sqlite:path/to/idem.db)")
+// Driver is a SQLite database, made from the application's pool.
+type Driver struct {
+	db      *sql.DB         // the application's pool
+	r       driver.Executor // db, for reads
+	w       *writer         // one connection of it: every write
+	sync    Synchronous
+	closeDB bool
+	now     func() time.Time
+	migs    []driver.Migration
+	gc      *groupcommit.Writer
+}
+
+// New makes a driver on db, a pool opened with any database/sql SQLite
+// driver on a file (not :memory:: the ledger must outlive the process).
+// The pool must allow at least two connections: one is kept for writes.
+// Hand the driver to idem.New, which sets it up.
+func New(db *sql.DB, opts *Options) *Driver {
+	var o Options
+	if opts != nil {
+		o = *opts
 	}
-	if path == ":memory:" || strings.HasPrefix(path, "file::memory:") {
-		return nil, errors.New("sqlite: in-memory databases are not supported: the ledger must outlive the process")
+	if o.Synchronous == "" {
+		o.Synchronous = SyncFull
 	}
-	q, err := url.ParseQuery(query)
+	return &Driver{db: db, r: driver.SQL(db), sync: o.Synchronous, closeDB: o.CloseDB, migs: Migrations()}
+}
+
+// Setup takes the writer connection, sets the pragmas idem depends on and
+// checks them, applies the migrations and starts group commit.
+func (d *Driver) Setup(ctx context.Context, cfg driver.Config) error {
+	if d.db == nil {
+		return errors.New("sqlite: New was given a nil *sql.DB")
+	}
+	switch d.sync {
+	case SyncFull, SyncNormal:
+	default:
+		return fmt.Errorf("sqlite: synchronous %q: want FULL or NORMAL", d.sync)
+	}
+	if n := d.db.Stats().MaxOpenConnections; n == 1 {
+		return errors.New("sqlite: the pool allows one connection; idem keeps one for its writes: allow at least two (SetMaxOpenConns)")
+	}
+	d.now = cfg.Now
+	conn, err := d.db.Conn(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: bad options %q: %w", query, err)
+		return fmt.Errorf("sqlite: connect: %w", err)
 	}
-	sync := "FULL"
-	if cfg.SyncNormal {
-		sync = "NORMAL"
+	if err := d.pragmas(ctx, conn); err != nil {
+		conn.Close()
+		return err
 	}
-	for k, v := range q {
-		switch k {
-		case "synchronous":
-			switch strings.ToUpper(v[0]) {
-			case "FULL", "NORMAL":
-				sync = strings.ToUpper(v[0])
-			default:
-				return nil, fmt.Errorf("sqlite: synchronous=%s: want full or normal", v[0])
-			}
-		default:
-			return nil, fmt.Errorf("sqlite: unknown option %q (known: synchronous)", k)
-		}
-	}
-	if dir := filepath.Dir(path); dir != "." {
-		if _, err := os.Stat(dir); err != nil {
-			return nil, fmt.Errorf("sqlite: directory of %s: %w", path, err)
-		}
-	}
-	// _stmt_cache_size keeps the hot statements prepared on each connection:
-	// preparing them again for every call cost more CPU than running them.
-	base := "file:" + path + "?_journal_mode=WAL&_busy_timeout=10000&_synchronous=" + sync + "&_foreign_keys=on&_stmt_cache_size=64"
-	w, err := sql.Open("sqlite3", base+"&_txlock=immediate")
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
-	}
-	w.SetMaxOpenConns(1)
-	w.SetMaxIdleConns(1)
-	w.SetConnMaxLifetime(0)
-	w.SetConnMaxIdleTime(0)
-	r, err := sql.Open("sqlite3", base+"&_query_only=1")
-	if err != nil {
-		w.Close()
-		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
-	}
-	n := max(4, runtime.GOMAXPROCS(0))
-	r.SetMaxOpenConns(n)
-	r.SetMaxIdleConns(n)
-	d := &Driver{path: path, w: w, r: r, now: cfg.Now, migs: Migrations()}
-	if err := w.PingContext(ctx); err != nil {
-		d.Close()
-		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
-	}
+	d.w = newWriter(conn)
 	if !cfg.NoMigrate {
 		if err := d.Migrate(ctx); err != nil {
-			d.Close()
-			return nil, err
+			d.w.close()
+			return err
 		}
 	}
-	d.startGroupCommit(cfg.MaxBatch)
-	return d, nil
+	d.gc = groupcommit.NewWriter(d.w, groupcommit.MaxBatch(cfg.MaxBatch, DefaultMaxBatch), batchWait, d.commitBatch)
+	return nil
+}
+
+// pragmas sets, on the writer connection, what idem's promises rest on, and
+// reads each back: a driver that ignored one must not run silently weaker.
+func (d *Driver) pragmas(ctx context.Context, conn *sql.Conn) error {
+	var file string
+	if err := conn.QueryRowContext(ctx, `SELECT file FROM pragma_database_list WHERE name = 'main'`).Scan(&file); err != nil {
+		return fmt.Errorf("sqlite: read database file: %w", err)
+	}
+	if file == "" {
+		return errors.New("sqlite: in-memory or temporary database: the ledger must outlive the process; open a file")
+	}
+	var mode string
+	if err := conn.QueryRowContext(ctx, `PRAGMA journal_mode = WAL`).Scan(&mode); err != nil {
+		return fmt.Errorf("sqlite: journal_mode: %w", err)
+	}
+	if !strings.EqualFold(mode, "wal") {
+		return fmt.Errorf("sqlite: journal_mode is %s, want wal", mode)
+	}
+	for _, p := range []struct{ set, get, want string }{
+		{"PRAGMA synchronous = " + string(d.sync), "PRAGMA synchronous", map[Synchronous]string{SyncFull: "2", SyncNormal: "1"}[d.sync]},
+		{"PRAGMA busy_timeout = 10000", "PRAGMA busy_timeout", "10000"},
+		{"PRAGMA foreign_keys = ON", "PRAGMA foreign_keys", "1"},
+	} {
+		if _, err := conn.ExecContext(ctx, p.set); err != nil {
+			return fmt.Errorf("sqlite: %s: %w", p.set, err)
+		}
+		var got string
+		if err := conn.QueryRowContext(ctx, p.get).Scan(&got); err != nil {
+			return fmt.Errorf("sqlite: %s: %w", p.get, err)
+		}
+		if got != p.want {
+			return fmt.Errorf("sqlite: %s is %s after %q, want %s", p.get, got, p.set, p.want)
+		}
+	}
+	return nil
 }
 
 // Name returns "sqlite".
 func (d *Driver) Name() string { return "sqlite" }
 
-// DB returns the writer connection pool (one connection).
-func (d *Driver) DB() *sql.DB { return d.w }
+// DB returns the application's pool.
+func (d *Driver) DB() *sql.DB { return d.db }
 
-// ReadDB returns the read-only pool.
-func (d *Driver) ReadDB() *sql.DB { return d.r }
+// Begin begins a transaction on the writer connection for user code (Do),
+// holding the writer until end is called, after Commit or Rollback. Its
+// first statement is a write, so the transaction holds SQLite's write lock
+// from the start, as BEGIN IMMEDIATE would.
+func (d *Driver) Begin(ctx context.Context) (*sql.Tx, func(), error) {
+	if err := d.w.lock(ctx); err != nil {
+		return nil, nil, err
+	}
+	tx, err := d.w.conn.BeginTx(ctx, nil)
+	if err != nil {
+		d.w.unlock()
+		return nil, nil, fmt.Errorf("sqlite: begin: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, takeWriteLock); err != nil {
+		tx.Rollback()
+		d.w.unlock()
+		return nil, nil, fmt.Errorf("sqlite: begin: %w", err)
+	}
+	return tx, d.w.unlock, nil
+}
+
+// takeWriteLock is a write that changes nothing: run first in a deferred
+// transaction, it takes the write lock (waiting as busy_timeout allows)
+// before the transaction has read anything.
+const takeWriteLock = `UPDATE idem_migrations SET version = version WHERE version < 0`
+
+// Executor adapts a caller's *sql.Tx, from any pool on the same file.
+func (d *Driver) Executor(tx any) (driver.Executor, error) { return driver.SQLTx("sqlite", tx) }
 
 // Migrations returns the embedded schema, in order.
 func (d *Driver) Migrations() []driver.Migration { return d.migs }
@@ -131,7 +199,7 @@ func (d *Driver) Migrations() []driver.Migration { return d.migs }
 // Migrate applies the schema under BEGIN IMMEDIATE, so concurrent openers
 // (several processes on one file) apply each step once.
 func (d *Driver) Migrate(ctx context.Context) error {
-	tx, err := d.w.BeginTx(ctx, nil)
+	tx, err := d.w.begin(ctx)
 	if err != nil {
 		return fmt.Errorf("sqlite: migrate: %w", err)
 	}
@@ -142,12 +210,20 @@ func (d *Driver) Migrate(ctx context.Context) error {
 	return tx.Commit()
 }
 
-// Close waits for the group commit in flight, then closes both pools.
+// Close waits for the group commit in flight and gives the writer
+// connection back; with Options.CloseDB it closes the pool too.
 func (d *Driver) Close() error {
 	if d.gc != nil {
 		d.gc.Close()
 	}
-	return errors.Join(d.r.Close(), d.w.Close())
+	var err error
+	if d.w != nil {
+		err = d.w.close()
+	}
+	if d.closeDB {
+		err = errors.Join(err, d.db.Close())
+	}
+	return err
 }
 
 // nowMS is the clock every statement uses, in Unix milliseconds.

@@ -2,62 +2,50 @@ package sqlite_test
 
 import (
 	"context"
+	"database/sql"
 	"path/filepath"
-	"strings"
 	"testing"
 
-	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/driver"
 	"github.com/idemdev/idem/driver/drivertest"
+	"github.com/idemdev/idem/driver/sqlite"
+	_ "github.com/mattn/go-sqlite3"
+	_ "modernc.org/sqlite"
 )
 
-func TestMain(m *testing.M) { drivertest.Main(m) }
+// The driver runs on both database/sql SQLite libraries: mattn/go-sqlite3
+// (cgo) and modernc.org/sqlite (pure Go). Each target opens the file the way
+// an application would, with BEGIN IMMEDIATE for its own transactions.
+var (
+	mattn = drivertest.Target{
+		Name:  "sqlite",
+		NewDB: newDB,
+		Open: func(ctx context.Context, path string) (driver.Driver, error) {
+			return open("sqlite3", "file:"+path+"?_txlock=immediate&_busy_timeout=10000")
+		},
+	}
+	modernc = drivertest.Target{
+		Name:  "sqlite-modernc",
+		NewDB: newDB,
+		Open: func(ctx context.Context, path string) (driver.Driver, error) {
+			return open("sqlite", "file:"+path+"?_txlock=immediate&_pragma=busy_timeout(10000)")
+		},
+	}
+)
 
-func TestConformance(t *testing.T) {
-	drivertest.Run(t, "sqlite", func(t testing.TB) string {
-		return "sqlite:" + filepath.Join(t.TempDir(), "idem.db")
-	})
+func newDB(t testing.TB) string { return filepath.Join(t.TempDir(), "idem.db") }
+
+func open(lib, dsn string) (driver.Driver, error) {
+	db, err := sql.Open(lib, dsn)
+	if err != nil {
+		return nil, err
+	}
+	return sqlite.New(db, &sqlite.Options{CloseDB: true}), nil
 }
 
-// TestURL covers the SQLite URL forms and the errors for the ones refused.
-func TestURL(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	dir := t.TempDir()
-	for _, url := range []string{
-		"sqlite:" + filepath.Join(dir, "a.db"),
-		"sqlite://" + filepath.Join(dir, "b.db"),
-		"sqlite3:" + filepath.Join(dir, "c.db"),
-		"sqlite:" + filepath.Join(dir, "d.db") + "?synchronous=normal",
-		"sqlite:" + filepath.Join(dir, "e.db") + "?synchronous=FULL",
-	} {
-		l, err := idem.Open(ctx, url, nil)
-		if err != nil {
-			t.Errorf("open %s: %v", url, err)
-			continue
-		}
-		if _, err := l.Claim(ctx, idem.Op{Key: "k"}); err != nil {
-			t.Errorf("claim on %s: %v", url, err)
-		}
-		l.Close()
-	}
-	for url, want := range map[string]string{
-		"sqlite:":                           "empty database path",
-		"sqlite::memory:":                   "in-memory",
-		"sqlite:file::memory:?cache=shared": "in-memory",
-		"sqlite:" + filepath.Join(dir, "x.db?synchronous=off"): "synchronous=off",
-		"sqlite:" + filepath.Join(dir, "x.db?journal=delete"):  "unknown option",
-		"sqlite:" + filepath.Join(dir, "missing", "x.db"):      "directory",
-		"mysql://localhost/db":                                 "unknown database scheme",
-		"idem.db":                                              "no scheme",
-	} {
-		l, err := idem.Open(ctx, url, nil)
-		if err == nil {
-			l.Close()
-			t.Errorf("open %q succeeded, want an error mentioning %q", url, want)
-			continue
-		}
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("open %q: %v, want it to mention %q", url, err, want)
-		}
-	}
+func TestMain(m *testing.M) { drivertest.Main(m, mattn, modernc) }
+
+func TestConformance(t *testing.T) {
+	drivertest.Run(t, mattn)
+	drivertest.Run(t, modernc)
 }

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/dburl"
 	"github.com/idemdev/idem/idemhttp"
 )
 
@@ -36,7 +37,7 @@ func main() {
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	l, err := idem.Open(ctx, *db, nil)
+	l, err := dburl.Open(ctx, *db, nil)
 	if err != nil {
 		log.Fatal(err)
 	}

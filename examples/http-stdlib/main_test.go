@@ -10,12 +10,12 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/dburl"
 )
 
 func TestStdlibExample(t *testing.T) {
 	ctx := context.Background()
-	l, err := idem.Open(ctx, "sqlite:"+filepath.Join(t.TempDir(), "idem.db"), nil)
+	l, err := dburl.Open(ctx, "sqlite:"+filepath.Join(t.TempDir(), "idem.db"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

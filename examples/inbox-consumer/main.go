@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/dburl"
 	"github.com/idemdev/idem/inbox"
 )
 
@@ -38,7 +39,7 @@ func run() error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	l, err := idem.Open(ctx, "sqlite:"+filepath.Join(dir, "idem.db"), nil)
+	l, err := dburl.Open(ctx, "sqlite:"+filepath.Join(dir, "idem.db"), nil)
 	if err != nil {
 		return err
 	}

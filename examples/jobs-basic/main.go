@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/dburl"
 	"github.com/idemdev/idem/jobs"
 )
 
@@ -39,7 +39,7 @@ func run() error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	l, err := idem.Open(ctx, "sqlite:"+filepath.Join(dir, "idem.db"), nil)
+	l, err := dburl.Open(ctx, "sqlite:"+filepath.Join(dir, "idem.db"), nil)
 	if err != nil {
 		return err
 	}

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/dburl"
 )
 
 func exchange(t *testing.T, url, code, verifier string) (int, string) {
@@ -27,7 +27,7 @@ func exchange(t *testing.T, url, code, verifier string) (int, string) {
 }
 
 func TestDoubleExchange(t *testing.T) {
-	l, err := idem.Open(context.Background(), "sqlite:"+filepath.Join(t.TempDir(), "idem.db"), nil)
+	l, err := dburl.Open(context.Background(), "sqlite:"+filepath.Join(t.TempDir(), "idem.db"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/dburl"
 	"github.com/idemdev/idem/jobs"
 	"github.com/idemdev/idem/outbox"
 )
@@ -54,7 +54,7 @@ func run() error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	l, err := idem.Open(ctx, "sqlite:"+filepath.Join(dir, "idem.db"), nil)
+	l, err := dburl.Open(ctx, "sqlite:"+filepath.Join(dir, "idem.db"), nil)
 	if err != nil {
 		return err
 	}

@@ -77,20 +77,70 @@ func NoRowIsAnswer(err error) error {
 	return err
 }
 
-// RunOn runs the write alone on q (a pool: its own autocommit transaction).
-func (w *Write) RunOn(ctx context.Context, q driver.Querier) error {
+// RunOn runs the write alone on ex (a pool: its own autocommit
+// transaction; or a caller's transaction).
+func (w *Write) RunOn(ctx context.Context, ex driver.Executor) error {
 	if w.Row != nil {
-		return w.Row(q.QueryRowContext(ctx, w.Query, w.Args...))
+		return w.Row(ex.QueryRow(ctx, w.Query, w.Args...))
 	}
-	res, err := q.ExecContext(ctx, w.Query, w.Args...)
-	if err != nil {
-		return err
-	}
-	n, err := res.RowsAffected()
+	n, err := ex.Exec(ctx, w.Query, w.Args...)
 	if err != nil {
 		return err
 	}
 	return w.Exec(n)
+}
+
+// Writer is the glue every driver shares between its writes and a Queue:
+// it runs a write in the caller's transaction when given one, and gathers
+// it into a group commit when given driver.Shared (or runs it alone on the
+// pool when group commit is off).
+type Writer struct {
+	pool driver.Executor
+	q    *Queue // nil: group commit off
+}
+
+// MaxBatch turns a configured batch size into the one in force: 0 means
+// def, and 1 or less (-1) means group commit is off.
+func MaxBatch(configured, def int) int {
+	if configured == 0 {
+		return def
+	}
+	return max(configured, 1)
+}
+
+// NewWriter starts group commit for a driver whose own connections are
+// pool: batches of at most max writes go to the commit functions (see
+// New). With max <= 1, or no commit functions, every write commits on its
+// own. Lone writes run on pool in their caller's goroutine.
+func NewWriter(pool driver.Executor, max int, wait time.Duration, commits ...func([]*Write)) *Writer {
+	wr := &Writer{pool: pool}
+	if max > 1 && len(commits) > 0 {
+		wr.q = New(Config{Max: max, Wait: wait, Alone: func(ctx context.Context, w *Write) error {
+			return w.RunOn(ctx, pool)
+		}}, commits...)
+	}
+	return wr
+}
+
+// Write runs w inside the caller's transaction ex, or, when ex is
+// driver.Shared, through group commit.
+func (wr *Writer) Write(ctx context.Context, ex driver.Executor, w *Write) error {
+	switch {
+	case ex == nil:
+		return errors.New("groupcommit: nil Executor (driver.Shared runs a write on the driver's own connections)")
+	case ex != driver.Shared:
+		return w.RunOn(ctx, ex)
+	case wr.q == nil:
+		return w.RunOn(ctx, wr.pool)
+	}
+	return wr.q.Do(ctx, w)
+}
+
+// Close waits for the batches in flight; later writes fail with ErrClosed.
+func (wr *Writer) Close() {
+	if wr.q != nil {
+		wr.q.Close()
+	}
 }
 
 // Queue hands writes to a fixed set of committers.

@@ -16,11 +16,12 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/dburl"
 	"github.com/idemdev/idem/idemhttp"
 )
 
 func main() {
-	l, err := idem.Open(context.Background(), "sqlite:http-chi.db", nil)
+	l, err := dburl.Open(context.Background(), "sqlite:http-chi.db", nil)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -15,12 +15,13 @@ import (
 	"sync/atomic"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/dburl"
 	"github.com/idemdev/idem/idemhttp"
 	"github.com/labstack/echo/v4"
 )
 
 func main() {
-	l, err := idem.Open(context.Background(), "sqlite:http-echo.db", nil)
+	l, err := dburl.Open(context.Background(), "sqlite:http-echo.db", nil)
 	if err != nil {
 		log.Fatal(err)
 	}

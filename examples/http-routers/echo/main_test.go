@@ -10,11 +10,11 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/dburl"
 )
 
 func TestEcho(t *testing.T) {
-	l, err := idem.Open(context.Background(), "sqlite:"+filepath.Join(t.TempDir(), "idem.db"), nil)
+	l, err := dburl.Open(context.Background(), "sqlite:"+filepath.Join(t.TempDir(), "idem.db"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/idemdev/idem/driver"
+	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/internal/crashpoint"
 	"github.com/idemdev/idem/internal/groupcommit"
 )
@@ -90,7 +91,7 @@ func FailingStatement(t *testing.T, d driver.Driver, rec *Recorder, submit func(
 				<-start
 				key := fmt.Sprintf("good-%d-%d", round, i)
 				leaseID := int64(round*1000 + i + 1)
-				rec, created, err := d.Claim(ctx, nil, claimParams("fail", key, leaseID))
+				rec, created, err := d.Claim(ctx, driver.Shared, claimParams("fail", key, leaseID))
 				switch {
 				case err != nil:
 					errs <- fmt.Errorf("claim %s: %w", key, err)
@@ -99,8 +100,8 @@ func FailingStatement(t *testing.T, d driver.Driver, rec *Recorder, submit func(
 					errs <- fmt.Errorf("claim %s: created=%v record %s/%s lease %d attempt %d", key, created, rec.Scope, rec.Key, rec.LeaseID, rec.Attempt)
 					return
 				}
-				err = d.Finish(ctx, nil, driver.FinishParams{Fence: driver.Fence{Scope: "fail", Key: key, Attempt: 1, LeaseID: leaseID},
-					State: driver.StateSucceeded, Status: 200, Body: []byte("body-" + key)})
+				err = d.Finish(ctx, driver.Shared, driver.FinishParams{Fence: driver.Fence{Scope: "fail", Key: key, Attempt: 1, LeaseID: leaseID},
+					State: idemtype.StateSucceeded, Status: 200, Body: []byte("body-" + key)})
 				if err != nil {
 					errs <- fmt.Errorf("finish %s: %w", key, err)
 				}
@@ -138,12 +139,12 @@ func FailingStatement(t *testing.T, d driver.Driver, rec *Recorder, submit func(
 		t.Fatal("in 200 rounds no failing write shared a batch with another write; the test tested nothing")
 	}
 	t.Logf("%d failing writes shared a batch with other writes", mixed)
-	recs, err := d.List(ctx, driver.ListFilter{Scope: "fail", Limit: 1_000_000})
+	recs, err := d.List(ctx, idemtype.ListFilter{Scope: "fail", Limit: 1_000_000})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range recs {
-		if r.State != driver.StateSucceeded || string(r.Body) != "body-"+r.Key {
+		if r.State != idemtype.StateSucceeded || string(r.Body) != "body-"+r.Key {
 			t.Errorf("record %s: %s %q, want succeeded with its own body", r.Key, r.State, r.Body)
 		}
 	}
@@ -161,7 +162,7 @@ func Race(t *testing.T, d driver.Driver) {
 	var (
 		mu      sync.Mutex
 		winners = map[id]int{}
-		seen    = map[id][]driver.Record{}
+		seen    = map[id][]idemtype.Record{}
 	)
 	start := make(chan struct{})
 	var wg sync.WaitGroup
@@ -177,12 +178,12 @@ func Race(t *testing.T, d driver.Driver) {
 			leaseID := int64(i + 1)
 			<-start
 			var (
-				rec     driver.Record
+				rec     idemtype.Record
 				created bool
 				err     error
 			)
 			for range 64 {
-				if rec, created, err = d.Claim(ctx, nil, claimParams(k.scope, k.key, leaseID)); !errors.Is(err, driver.ErrConflict) {
+				if rec, created, err = d.Claim(ctx, driver.Shared, claimParams(k.scope, k.key, leaseID)); !errors.Is(err, driver.ErrConflict) {
 					break
 				}
 			}
@@ -218,7 +219,7 @@ func Race(t *testing.T, d driver.Driver) {
 				errs <- fmt.Errorf("caller %d: heartbeat: %w", i, err)
 				return
 			}
-			if err := d.Finish(ctx, nil, driver.FinishParams{Fence: f, State: driver.StateSucceeded, Status: 200,
+			if err := d.Finish(ctx, driver.Shared, driver.FinishParams{Fence: f, State: idemtype.StateSucceeded, Status: 200,
 				Body: []byte("caller-" + strconv.Itoa(i))}); err != nil {
 				errs <- fmt.Errorf("caller %d: finish: %w", i, err)
 			}
@@ -247,14 +248,14 @@ func Race(t *testing.T, d driver.Driver) {
 			if r.LeaseID != int64(w+1) {
 				t.Errorf("%s/%s: a loser saw lease %d, the winner (caller %d) holds %d", k.scope, k.key, r.LeaseID, w, w+1)
 			}
-			if r.State == driver.StateSucceeded && string(r.Body) != "caller-"+strconv.Itoa(w) {
+			if r.State == idemtype.StateSucceeded && string(r.Body) != "caller-"+strconv.Itoa(w) {
 				t.Errorf("%s/%s: a loser saw body %q, the winner wrote caller-%d", k.scope, k.key, r.Body, w)
 			}
 		}
 	}
 	for k, w := range winners {
 		r, err := d.Get(ctx, k.scope, k.key)
-		if err != nil || r.State != driver.StateSucceeded || string(r.Body) != "caller-"+strconv.Itoa(w) {
+		if err != nil || r.State != idemtype.StateSucceeded || string(r.Body) != "caller-"+strconv.Itoa(w) {
 			t.Errorf("%s/%s after the race: %s %q %v, want succeeded with caller-%d", k.scope, k.key, r.State, r.Body, err, w)
 		}
 	}
@@ -296,7 +297,7 @@ func Child(d driver.Driver) {
 	var lease atomic.Int64
 	work := func(key string) {
 		leaseID := lease.Add(1)
-		rec, created, err := d.Claim(ctx, nil, claimParams("crash", key, leaseID))
+		rec, created, err := d.Claim(ctx, driver.Shared, claimParams("crash", key, leaseID))
 		if errors.Is(err, driver.ErrConflict) {
 			return
 		}
@@ -307,8 +308,8 @@ func Child(d driver.Driver) {
 			return
 		}
 		emit(event{Ev: "claim", Key: key, Token: rec.Attempt})
-		err = d.Finish(ctx, nil, driver.FinishParams{Fence: driver.Fence{Scope: "crash", Key: key, Attempt: rec.Attempt, LeaseID: leaseID},
-			State: driver.StateSucceeded, Status: 200, Body: []byte("body-" + key)})
+		err = d.Finish(ctx, driver.Shared, driver.FinishParams{Fence: driver.Fence{Scope: "crash", Key: key, Attempt: rec.Attempt, LeaseID: leaseID},
+			State: idemtype.StateSucceeded, Status: 200, Body: []byte("body-" + key)})
 		if err != nil {
 			fail(fmt.Errorf("finish %s: %w", key, err))
 		}
@@ -409,21 +410,21 @@ func Crash(t *testing.T, url, testName string, reopen func(t *testing.T) driver.
 			t.Errorf("answered claim of %s lost: %v", key, err)
 		case r.Attempt < claimed[key]:
 			t.Errorf("%s: attempt %d, the child was answered token %d", key, r.Attempt, claimed[key])
-		case finished[key] && (r.State != driver.StateSucceeded || string(r.Body) != "body-"+key):
+		case finished[key] && (r.State != idemtype.StateSucceeded || string(r.Body) != "body-"+key):
 			t.Errorf("answered finish of %s lost: %s %q", key, r.State, r.Body)
 		}
 	}
-	recs, err := d.List(ctx, driver.ListFilter{Scope: "crash", Limit: 10_000_000})
+	recs, err := d.List(ctx, idemtype.ListFilter{Scope: "crash", Limit: 10_000_000})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range recs {
 		switch r.State {
-		case driver.StateSucceeded:
+		case idemtype.StateSucceeded:
 			if string(r.Body) != "body-"+r.Key || r.CompletedAt.IsZero() || r.ExpiresAt.IsZero() {
 				t.Errorf("%s: succeeded but body %q completed %v expires %v", r.Key, r.Body, r.CompletedAt, r.ExpiresAt)
 			}
-		case driver.StateInProgress:
+		case idemtype.StateInProgress:
 			if len(r.Body) != 0 || !r.CompletedAt.IsZero() {
 				t.Errorf("%s: in progress with body %q completed %v", r.Key, r.Body, r.CompletedAt)
 			}
@@ -435,7 +436,7 @@ func Crash(t *testing.T, url, testName string, reopen func(t *testing.T) driver.
 		}
 	}
 	t.Logf("%d records after the crash", len(recs))
-	if _, created, err := d.Claim(ctx, nil, claimParams("crash", "after", 1)); err != nil || !created {
+	if _, created, err := d.Claim(ctx, driver.Shared, claimParams("crash", "after", 1)); err != nil || !created {
 		t.Fatalf("claim after the crash: created=%v err=%v", created, err)
 	}
 }

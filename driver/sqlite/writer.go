@@ -1,0 +1,170 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/idemdev/idem/driver"
+)
+
+// writer is the one connection idem writes through. Its lock queues
+// writers in Go, one statement or one transaction at a time, as a pool of
+// one connection would; it is itself an Executor that takes the lock for
+// each statement.
+type writer struct {
+	sem  chan struct{}
+	conn *sql.Conn
+}
+
+func newWriter(conn *sql.Conn) *writer {
+	return &writer{sem: make(chan struct{}, 1), conn: conn}
+}
+
+func (w *writer) lock(ctx context.Context) error {
+	select {
+	case w.sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (w *writer) unlock() { <-w.sem }
+
+func (w *writer) close() error {
+	w.sem <- struct{}{}
+	return w.conn.Close()
+}
+
+// Exec runs one statement on the writer.
+func (w *writer) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	if err := w.lock(ctx); err != nil {
+		return 0, err
+	}
+	defer w.unlock()
+	return driver.SQL(w.conn).Exec(ctx, query, args...)
+}
+
+// Query runs one statement on the writer, which stays taken until the rows
+// are closed.
+func (w *writer) Query(ctx context.Context, query string, args ...any) (driver.Rows, error) {
+	if err := w.lock(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := w.conn.QueryContext(ctx, query, args...)
+	if err != nil {
+		w.unlock()
+		return nil, err
+	}
+	return &lockedRows{Rows: rows, unlock: w.unlock}, nil
+}
+
+// QueryRow runs one statement on the writer when its row is scanned.
+func (w *writer) QueryRow(ctx context.Context, query string, args ...any) driver.Row {
+	return lazyRow(func(dest ...any) error {
+		if err := w.lock(ctx); err != nil {
+			return err
+		}
+		defer w.unlock()
+		return w.conn.QueryRowContext(ctx, query, args...).Scan(dest...)
+	})
+}
+
+type lazyRow func(dest ...any) error
+
+func (r lazyRow) Scan(dest ...any) error { return r(dest...) }
+
+type lockedRows struct {
+	*sql.Rows
+	unlock func()
+	closed bool
+}
+
+func (r *lockedRows) Close() error {
+	err := r.Rows.Close()
+	if !r.closed {
+		r.closed = true
+		r.unlock()
+	}
+	return err
+}
+
+// begin takes the writer and begins a BEGIN IMMEDIATE transaction on it.
+// The writer is given back by Commit or Rollback.
+func (w *writer) begin(ctx context.Context) (*wtx, error) {
+	if err := w.lock(ctx); err != nil {
+		return nil, err
+	}
+	if _, err := w.conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+		w.unlock()
+		return nil, err
+	}
+	return &wtx{w: w}, nil
+}
+
+// wtx is a transaction on the writer. Its statements run on the writer's
+// connection, which it holds.
+type wtx struct {
+	w    *writer
+	done bool
+}
+
+func (t *wtx) ex() driver.Executor { return driver.SQL(t.w.conn) }
+
+func (t *wtx) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	return t.ex().Exec(ctx, query, args...)
+}
+
+func (t *wtx) Query(ctx context.Context, query string, args ...any) (driver.Rows, error) {
+	return t.ex().Query(ctx, query, args...)
+}
+
+func (t *wtx) QueryRow(ctx context.Context, query string, args ...any) driver.Row {
+	return t.ex().QueryRow(ctx, query, args...)
+}
+
+// ExecContext lets the migration runner use the transaction.
+func (t *wtx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return t.w.conn.ExecContext(ctx, query, args...)
+}
+
+// QueryContext lets the migration runner use the transaction.
+func (t *wtx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return t.w.conn.QueryContext(ctx, query, args...)
+}
+
+// QueryRowContext lets the migration runner use the transaction.
+func (t *wtx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	return t.w.conn.QueryRowContext(ctx, query, args...)
+}
+
+// Commit commits and gives the writer back. A failed COMMIT is rolled back,
+// so the connection is never left inside a transaction.
+func (t *wtx) Commit() error {
+	if t.done {
+		return errors.New("sqlite: transaction already ended")
+	}
+	t.done = true
+	defer t.w.unlock()
+	// Not under a caller's context: a COMMIT cut short would leave the
+	// outcome unknown for nothing.
+	if _, err := t.w.conn.ExecContext(context.Background(), `COMMIT`); err != nil {
+		t.w.conn.ExecContext(context.Background(), `ROLLBACK`)
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// Rollback rolls back and gives the writer back; after Commit it does
+// nothing.
+func (t *wtx) Rollback() error {
+	if t.done {
+		return nil
+	}
+	t.done = true
+	defer t.w.unlock()
+	_, err := t.w.conn.ExecContext(context.Background(), `ROLLBACK`)
+	return err
+}
