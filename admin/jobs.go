@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/jobs"
 )
 
@@ -29,9 +30,9 @@ func LedgerDeadJobs(l *idem.Ledger) DeadJobsFunc {
 		if err != nil {
 			return nil, err
 		}
-		var dead []*jobs.Record
+		var dead []*idemtype.JobRow
 		for after := int64(0); len(dead) < maxDeadScan; {
-			page, err := c.List(ctx, &jobs.ListParams{State: jobs.StateDead, AfterID: after, Limit: min(1000, maxDeadScan-len(dead))})
+			page, err := c.List(ctx, &jobs.ListParams{State: idemtype.JobDead, AfterID: after, Limit: min(1000, maxDeadScan-len(dead))})
 			if err != nil {
 				return nil, fmt.Errorf("dead jobs: %w", err)
 			}
@@ -41,7 +42,7 @@ func LedgerDeadJobs(l *idem.Ledger) DeadJobsFunc {
 			}
 			after = page[len(page)-1].ID
 		}
-		slices.SortFunc(dead, func(a, b *jobs.Record) int {
+		slices.SortFunc(dead, func(a, b *idemtype.JobRow) int {
 			return cmp.Or(b.FinalizedAt.Compare(a.FinalizedAt), cmp.Compare(b.ID, a.ID))
 		})
 		out := make([]DeadJob, 0, min(limit, len(dead)))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemdev/idem/admin"
 	"github.com/idemdev/idem/driver"
+	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/jobs"
 )
 
@@ -31,7 +32,7 @@ func killJob(t *testing.T, f fixture, key, errText string) int64 {
 		t.Fatalf("claim: %v %v", rows, err)
 	}
 	fence := driver.JobFence{ID: rows[0].ID, Attempt: rows[0].Attempt, LeaseID: rows[0].LeaseID}
-	if err := drv.FinishJob(ctx, driver.Shared, driver.FinishJobParams{JobFence: fence, State: driver.JobDead, Error: errText}); err != nil {
+	if err := drv.FinishJob(ctx, driver.Shared, driver.FinishJobParams{JobFence: fence, State: idemtype.JobDead, Error: errText}); err != nil {
 		t.Fatal(err)
 	}
 	return r.Job.ID

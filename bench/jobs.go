@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemdev/idem"
 	"github.com/idemdev/idem/dburl"
+	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/jobs"
 )
 
@@ -242,7 +243,7 @@ func (r *runner) workJobs(ctx context.Context, l *idem.Ledger, queue string, wor
 	if err != nil {
 		return Stat{}, err
 	}
-	if counts[jobs.StateDead] > 0 || counts[jobs.StateRunning] > 0 {
+	if counts[idemtype.JobDead] > 0 || counts[idemtype.JobRunning] > 0 {
 		return Stat{}, fmt.Errorf("after the run: %v: %w", counts, errUnexpected)
 	}
 	window := d

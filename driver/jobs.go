@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/idemdev/idem/idemtype"
 )
 
 // Work is what the jobs, outbox and inbox packages need from a database,
@@ -14,19 +16,6 @@ type Work interface {
 	Jobs
 	Inbox
 }
-
-// JobState is where a job is in its life, as stored.
-type JobState string
-
-// The states a job can be in. A job waiting for its first run, for a retry
-// after backoff, or for its scheduled time is available with a run_at in
-// the future; there is no separate scheduled state to move jobs through.
-const (
-	JobAvailable JobState = "available" // waiting to be claimed once run_at has come
-	JobRunning   JobState = "running"   // claimed by a worker under a lease
-	JobCompleted JobState = "completed" // done; kept until pruned
-	JobDead      JobState = "dead"      // out of attempts or failed permanently; kept until an operator acts
-)
 
 // JobInsert is one job to enqueue.
 type JobInsert struct {
@@ -43,16 +32,9 @@ type JobInsert struct {
 	Delay time.Duration
 }
 
-// JobError is one failed attempt, as recorded on the job.
-type JobError struct {
-	Attempt int
-	At      time.Time
-	Error   string
-}
-
 // DecodeJobErrors parses the errors column, which both drivers store as a
 // JSON array of {"attempt": n, "at": unix_ms, "error": "..."}.
-func DecodeJobErrors(b []byte) ([]JobError, error) {
+func DecodeJobErrors(b []byte) ([]idemtype.JobError, error) {
 	if len(b) == 0 {
 		return nil, nil
 	}
@@ -64,38 +46,11 @@ func DecodeJobErrors(b []byte) ([]JobError, error) {
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return nil, fmt.Errorf("job errors: %w", err)
 	}
-	out := make([]JobError, len(raw))
+	out := make([]idemtype.JobError, len(raw))
 	for i, e := range raw {
-		out[i] = JobError{Attempt: e.Attempt, At: time.UnixMilli(e.At), Error: e.Error}
+		out[i] = idemtype.JobError{Attempt: e.Attempt, At: time.UnixMilli(e.At), Error: e.Error}
 	}
 	return out, nil
-}
-
-// JobRow is one row of the job table.
-type JobRow struct {
-	ID          int64
-	Queue, Kind string
-	Args        []byte
-	State       JobState
-	// Attempt is the fencing token: every claim adds one and it never goes
-	// back. It also counts attempts against MaxAttempts.
-	Attempt     int
-	MaxAttempts int
-	// LeaseID is drawn at random by each claim; fenced writes check it with
-	// Attempt.
-	LeaseID     int64
-	LeaseUntil  time.Time // zero unless running
-	Worker      string    // the claimer's id; kept after the run for inspection
-	RunAt       time.Time
-	UniqueKey   string
-	Errors      []JobError
-	Result      []byte
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
-	AttemptedAt time.Time // zero until first claimed
-	FinalizedAt time.Time // zero unless completed or dead
-	// Now is the database clock at the statement that read the row.
-	Now time.Time
 }
 
 // JobFence identifies one claim of one job. A fenced write acts only while
@@ -121,12 +76,12 @@ type ClaimJobsParams struct {
 	RescueLimit int
 }
 
-// FinishJobParams ends a claim. State is JobCompleted (Result stored),
-// JobAvailable (a retry, claimable after Delay, or a release with Delay 0),
-// or JobDead. Error, when not empty, is appended to the job's errors.
+// FinishJobParams ends a claim. State is idemtype.JobCompleted (Result stored),
+// idemtype.JobAvailable (a retry, claimable after Delay, or a release with Delay 0),
+// or idemtype.JobDead. Error, when not empty, is appended to the job's errors.
 type FinishJobParams struct {
 	JobFence
-	State  JobState
+	State  idemtype.JobState
 	Result []byte
 	Error  string
 	Delay  time.Duration
@@ -135,7 +90,7 @@ type FinishJobParams struct {
 // JobFilter selects jobs for operators. Zero values match everything.
 type JobFilter struct {
 	Queue string
-	State JobState
+	State idemtype.JobState
 	Kind  string
 	// KeyPrefix selects jobs whose unique key starts with it.
 	KeyPrefix string
@@ -152,7 +107,7 @@ type Jobs interface {
 	// unique key already taken, in which case rows[i] is the existing job.
 	// With a non-nil q it runs inside the caller's transaction; otherwise a
 	// batch is inserted in one transaction of its own.
-	EnqueueJobs(ctx context.Context, ex Executor, jobs []JobInsert) (rows []JobRow, dup []bool, err error)
+	EnqueueJobs(ctx context.Context, ex Executor, jobs []JobInsert) (rows []idemtype.JobRow, dup []bool, err error)
 	// NotifyJobs tells listening workers that the queues have new jobs; in
 	// the caller's transaction, the notice is sent when it commits. A no-op
 	// where the database cannot notify.
@@ -169,7 +124,7 @@ type Jobs interface {
 	// ClaimJobsParams.RescueLimit); a rescued job is claimable from the next
 	// claim on. On PostgreSQL the claim skips rows another claimer has
 	// locked.
-	ClaimJobs(ctx context.Context, p ClaimJobsParams) ([]JobRow, error)
+	ClaimJobs(ctx context.Context, p ClaimJobsParams) ([]idemtype.JobRow, error)
 	// HeartbeatJob extends a held lease to now+lease. ErrFenced if the claim
 	// is no longer held.
 	HeartbeatJob(ctx context.Context, f JobFence, lease time.Duration) (time.Time, error)
@@ -181,18 +136,18 @@ type Jobs interface {
 	// error means none, some or all may have been applied.
 	FinishJobs(ctx context.Context, ps []FinishJobParams) (fenced []bool, err error)
 	// GetJob reads one job. ErrNotFound if there is none.
-	GetJob(ctx context.Context, id int64) (JobRow, error)
+	GetJob(ctx context.Context, id int64) (idemtype.JobRow, error)
 	// ListJobs returns jobs matching f, by id.
-	ListJobs(ctx context.Context, f JobFilter) ([]JobRow, error)
+	ListJobs(ctx context.Context, f JobFilter) ([]idemtype.JobRow, error)
 	// CountJobs counts the jobs of a queue (all queues if empty) by state.
-	CountJobs(ctx context.Context, queue string) (map[JobState]int, error)
+	CountJobs(ctx context.Context, queue string) (map[idemtype.JobState]int, error)
 	// RequeueJob makes a dead job available now, with attempts more
 	// attempts beyond the ones it used. ErrNotFound if there is no such job;
 	// ErrConflict if it is not dead.
-	RequeueJob(ctx context.Context, id int64, attempts int) (JobRow, error)
+	RequeueJob(ctx context.Context, id int64, attempts int) (idemtype.JobRow, error)
 	// DeleteJob deletes a job in one of states. ErrNotFound if there is no
 	// such job; ErrConflict if it is in another state.
-	DeleteJob(ctx context.Context, id int64, states []JobState) error
+	DeleteJob(ctx context.Context, id int64, states []idemtype.JobState) error
 	// PruneJobs deletes up to limit completed jobs finalized at least
 	// olderThan ago. It never touches available, running or dead jobs.
 	PruneJobs(ctx context.Context, olderThan time.Duration, limit int) (int, error)
@@ -200,9 +155,9 @@ type Jobs interface {
 
 // ScanJobCounts reads (state, count) rows, as both drivers' CountJobs
 // queries return them, and closes rows.
-func ScanJobCounts(rows Rows) (map[JobState]int, error) {
+func ScanJobCounts(rows Rows) (map[idemtype.JobState]int, error) {
 	defer rows.Close()
-	out := map[JobState]int{}
+	out := map[idemtype.JobState]int{}
 	for rows.Next() {
 		var (
 			s string
@@ -211,7 +166,7 @@ func ScanJobCounts(rows Rows) (map[JobState]int, error) {
 		if err := rows.Scan(&s, &n); err != nil {
 			return nil, err
 		}
-		out[JobState(s)] = n
+		out[idemtype.JobState(s)] = n
 	}
 	return out, rows.Err()
 }

@@ -6,10 +6,11 @@ import (
 	"fmt"
 
 	"github.com/idemdev/idem/driver"
+	"github.com/idemdev/idem/idemtype"
 )
 
 // Get reads one job. ErrNotFound if there is none.
-func (c *Client) Get(ctx context.Context, id int64) (*Record, error) {
+func (c *Client) Get(ctx context.Context, id int64) (*idemtype.JobRow, error) {
 	r, err := c.drv.GetJob(ctx, id)
 	if errors.Is(err, driver.ErrNotFound) {
 		return nil, fmt.Errorf("jobs: job %d: %w", id, ErrNotFound)
@@ -17,13 +18,13 @@ func (c *Client) Get(ctx context.Context, id int64) (*Record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jobs: get job %d: %w", id, err)
 	}
-	return recordFrom(r), nil
+	return &r, nil
 }
 
 // ListParams selects jobs for List. Zero values match everything.
 type ListParams struct {
 	Queue string
-	State State
+	State idemtype.JobState
 	Kind  string
 	// KeyPrefix selects jobs whose unique key starts with it.
 	KeyPrefix string
@@ -35,51 +36,51 @@ type ListParams struct {
 
 // List returns jobs in id order; for operators inspecting dead letters and
 // for the outbox's status.
-func (c *Client) List(ctx context.Context, p *ListParams) ([]*Record, error) {
+func (c *Client) List(ctx context.Context, p *ListParams) ([]*idemtype.JobRow, error) {
 	f := driver.JobFilter{}
 	if p != nil {
-		f = driver.JobFilter{Queue: p.Queue, State: driver.JobState(p.State), Kind: p.Kind, KeyPrefix: p.KeyPrefix, AfterID: p.AfterID, Limit: p.Limit}
+		f = driver.JobFilter{Queue: p.Queue, State: idemtype.JobState(p.State), Kind: p.Kind, KeyPrefix: p.KeyPrefix, AfterID: p.AfterID, Limit: p.Limit}
 	}
 	rows, err := c.drv.ListJobs(ctx, f)
 	if err != nil {
 		return nil, fmt.Errorf("jobs: list: %w", err)
 	}
-	out := make([]*Record, len(rows))
+	out := make([]*idemtype.JobRow, len(rows))
 	for i, r := range rows {
-		out[i] = recordFrom(r)
+		out[i] = &r
 	}
 	return out, nil
 }
 
 // Counts counts the jobs of queue (every queue if empty) by state.
-func (c *Client) Counts(ctx context.Context, queue string) (map[State]int, error) {
+func (c *Client) Counts(ctx context.Context, queue string) (map[idemtype.JobState]int, error) {
 	m, err := c.drv.CountJobs(ctx, queue)
 	if err != nil {
 		return nil, fmt.Errorf("jobs: count: %w", err)
 	}
-	out := make(map[State]int, len(m))
+	out := make(map[idemtype.JobState]int, len(m))
 	for s, n := range m {
-		out[State(s)] = n
+		out[idemtype.JobState(s)] = n
 	}
 	return out, nil
 }
 
 // Requeue makes a dead job available now, with Config.MaxAttempts more
 // attempts. Its errors are kept. ErrWrongState if the job is not dead.
-func (c *Client) Requeue(ctx context.Context, id int64) (*Record, error) {
+func (c *Client) Requeue(ctx context.Context, id int64) (*idemtype.JobRow, error) {
 	r, err := c.drv.RequeueJob(ctx, id, c.cfg.MaxAttempts)
 	if err != nil {
 		return nil, c.adminErr("requeue", id, err)
 	}
 	c.cfg.Metrics.JobTransition(r.Queue, TransitionDead, TransitionAvailable)
 	c.announce(ctx, driver.Shared, []string{r.Queue}) // never fails outside a transaction
-	return recordFrom(r), nil
+	return &r, nil
 }
 
 // Discard deletes a dead job: the operator's decision that it will never
 // run. ErrWrongState if the job is not dead.
 func (c *Client) Discard(ctx context.Context, id int64) error {
-	if err := c.drv.DeleteJob(ctx, id, []driver.JobState{driver.JobDead}); err != nil {
+	if err := c.drv.DeleteJob(ctx, id, []idemtype.JobState{idemtype.JobDead}); err != nil {
 		return c.adminErr("discard", id, err)
 	}
 	return nil
@@ -91,7 +92,7 @@ func (c *Client) Discard(ctx context.Context, id int64) error {
 // find no claim (ErrLeaseLost), its context is cancelled, and nothing is
 // recorded. Effects it made outside its CompleteTx transaction stay made.
 func (c *Client) Delete(ctx context.Context, id int64) error {
-	all := []driver.JobState{driver.JobAvailable, driver.JobRunning, driver.JobCompleted, driver.JobDead}
+	all := []idemtype.JobState{idemtype.JobAvailable, idemtype.JobRunning, idemtype.JobCompleted, idemtype.JobDead}
 	if err := c.drv.DeleteJob(ctx, id, all); err != nil {
 		return c.adminErr("delete", id, err)
 	}

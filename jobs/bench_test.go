@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/internal/pgtest"
 	"github.com/idemdev/idem/jobs"
 )
@@ -123,7 +124,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 					}
 					b.StopTimer()
 					b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
-					if n, _ := c.Counts(ctx, ""); n[jobs.StateCompleted] != b.N {
+					if n, _ := c.Counts(ctx, ""); n[idemtype.JobCompleted] != b.N {
 						b.Fatalf("completed %v of %d", n, b.N)
 					}
 				})

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/jobs"
 )
 
@@ -221,7 +222,7 @@ func TestStaleWorkerCannotComplete(t *testing.T) {
 		}
 		waitFor(t, 30*time.Second, func() bool {
 			r, err := successor.Get(ctx, res.Job.ID)
-			return err == nil && r.State == jobs.StateCompleted
+			return err == nil && r.State == idemtype.JobCompleted
 		})
 		if err := successor.Stop(ctx); err != nil {
 			t.Fatal(err)
@@ -250,7 +251,7 @@ func TestStaleWorkerCannotComplete(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.State != jobs.StateCompleted || r.Attempt != 2 || len(r.Errors) != 1 || !strings.Contains(r.Errors[0].Error, "lease expired") {
+		if r.State != idemtype.JobCompleted || r.Attempt != 2 || len(r.Errors) != 1 || !strings.Contains(r.Errors[0].Error, "lease expired") {
 			t.Fatalf("job after takeover: state %s attempt %d errors %+v", r.State, r.Attempt, r.Errors)
 		}
 	})

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemdev/idem/driver"
+	"github.com/idemdev/idem/idemtype"
 )
 
 // The driver seam, exercised directly on every database: these are the
@@ -48,7 +49,7 @@ func TestDriverClaimRace(t *testing.T) {
 					mu.Lock()
 					for _, r := range rows {
 						seen[r.ID]++
-						if r.State != driver.JobRunning || r.Attempt != 1 {
+						if r.State != idemtype.JobRunning || r.Attempt != 1 {
 							t.Errorf("claimed row %+v", r)
 						}
 					}
@@ -86,7 +87,7 @@ func TestDriverFinishJobsFencesEachRow(t *testing.T) {
 		if err != nil || len(rows) != 4 {
 			t.Fatalf("claim: %d rows, %v", len(rows), err)
 		}
-		fence := func(r driver.JobRow) driver.JobFence {
+		fence := func(r idemtype.JobRow) driver.JobFence {
 			return driver.JobFence{ID: r.ID, Attempt: r.Attempt, LeaseID: r.LeaseID}
 		}
 		stale := fence(rows[1])
@@ -94,10 +95,10 @@ func TestDriverFinishJobsFencesEachRow(t *testing.T) {
 		wrongLease := fence(rows[2])
 		wrongLease.LeaseID++
 		fenced, err := drv.FinishJobs(ctx, []driver.FinishJobParams{
-			{JobFence: fence(rows[0]), State: driver.JobCompleted, Result: []byte("r0")},
-			{JobFence: stale, State: driver.JobCompleted},
-			{JobFence: wrongLease, State: driver.JobDead, Error: "x"},
-			{JobFence: fence(rows[3]), State: driver.JobAvailable, Delay: time.Hour, Error: "retry me"},
+			{JobFence: fence(rows[0]), State: idemtype.JobCompleted, Result: []byte("r0")},
+			{JobFence: stale, State: idemtype.JobCompleted},
+			{JobFence: wrongLease, State: idemtype.JobDead, Error: "x"},
+			{JobFence: fence(rows[3]), State: idemtype.JobAvailable, Delay: time.Hour, Error: "retry me"},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -105,25 +106,25 @@ func TestDriverFinishJobsFencesEachRow(t *testing.T) {
 		if want := []bool{false, true, true, false}; !equal(fenced, want) {
 			t.Fatalf("fenced = %v, want %v", fenced, want)
 		}
-		got := func(r driver.JobRow) driver.JobRow {
+		got := func(r idemtype.JobRow) idemtype.JobRow {
 			j, err := drv.GetJob(ctx, r.ID)
 			if err != nil {
 				t.Fatal(err)
 			}
 			return j
 		}
-		if j := got(rows[0]); j.State != driver.JobCompleted || string(j.Result) != "r0" || j.FinalizedAt.IsZero() {
+		if j := got(rows[0]); j.State != idemtype.JobCompleted || string(j.Result) != "r0" || j.FinalizedAt.IsZero() {
 			t.Errorf("completed row: %+v", j)
 		}
-		if j := got(rows[1]); j.State != driver.JobRunning {
+		if j := got(rows[1]); j.State != idemtype.JobRunning {
 			t.Errorf("stale finish changed the row: %+v", j)
 		}
-		if j := got(rows[3]); j.State != driver.JobAvailable || len(j.Errors) != 1 || j.Errors[0].Error != "retry me" ||
+		if j := got(rows[3]); j.State != idemtype.JobAvailable || len(j.Errors) != 1 || j.Errors[0].Error != "retry me" ||
 			j.Errors[0].Attempt != 1 || j.RunAt.Sub(j.Now) < 59*time.Minute {
 			t.Errorf("retried row: %+v", j)
 		}
 		// The same rules hold for the single, transactional form.
-		if err := drv.FinishJob(ctx, driver.Shared, driver.FinishJobParams{JobFence: fence(rows[0]), State: driver.JobCompleted}); !errors.Is(err, driver.ErrFenced) {
+		if err := drv.FinishJob(ctx, driver.Shared, driver.FinishJobParams{JobFence: fence(rows[0]), State: idemtype.JobCompleted}); !errors.Is(err, driver.ErrFenced) {
 			t.Errorf("finishing a completed job: %v, want ErrFenced", err)
 		}
 		if _, err := drv.HeartbeatJob(ctx, stale, time.Minute); !errors.Is(err, driver.ErrFenced) {
@@ -163,7 +164,7 @@ func TestDriverRescueExpiredLeases(t *testing.T) {
 		if len(again[0].Errors) != 1 || again[0].Errors[0].Error != "lease expired: worker dead-worker stopped heartbeating" {
 			t.Fatalf("rescued job errors: %+v", again[0].Errors)
 		}
-		if j, _ := drv.GetJob(ctx, rows[1].ID); j.State != driver.JobDead || j.FinalizedAt.IsZero() {
+		if j, _ := drv.GetJob(ctx, rows[1].ID); j.State != idemtype.JobDead || j.FinalizedAt.IsZero() {
 			t.Fatalf("job out of attempts: %s, want dead", j.State)
 		}
 	})

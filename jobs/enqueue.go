@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemdev/idem"
 	"github.com/idemdev/idem/driver"
+	"github.com/idemdev/idem/idemtype"
 )
 
 // EnqueueOpts are per-job options. A nil *EnqueueOpts means defaults.
@@ -40,7 +41,7 @@ type EnqueueParams struct {
 type EnqueueResult struct {
 	// Job is the job inserted, or, when Duplicate, the existing job holding
 	// the unique key.
-	Job *Record
+	Job *idemtype.JobRow
 	// Duplicate reports that nothing was inserted because the unique key
 	// was taken.
 	Duplicate bool
@@ -126,7 +127,7 @@ func (c *Client) enqueue(ctx context.Context, q driver.Executor, params []Enqueu
 	out := make([]EnqueueResult, len(rows))
 	var due []string
 	for i, r := range rows {
-		out[i] = EnqueueResult{Job: recordFrom(r), Duplicate: dup[i]}
+		out[i] = EnqueueResult{Job: &r, Duplicate: dup[i]}
 		if dup[i] {
 			continue
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/jobs"
 )
 
@@ -93,8 +94,8 @@ func TestUniqueKeyHoldsUntilPruned(t *testing.T) {
 			t.Fatalf("same key on another queue: %+v, %v", r, err)
 		}
 
-		runUntil(t, c, func() bool { r, _ := c.Get(ctx, first.Job.ID); return r.State == jobs.StateCompleted })
-		if r, err := c.Enqueue(ctx, testArgs{N: 3}, &jobs.EnqueueOpts{UniqueKey: "k"}); err != nil || !r.Duplicate || r.Job.State != jobs.StateCompleted {
+		runUntil(t, c, func() bool { r, _ := c.Get(ctx, first.Job.ID); return r.State == idemtype.JobCompleted })
+		if r, err := c.Enqueue(ctx, testArgs{N: 3}, &jobs.EnqueueOpts{UniqueKey: "k"}); err != nil || !r.Duplicate || r.Job.State != idemtype.JobCompleted {
 			t.Fatalf("enqueue after completion: %+v, %v; want the completed job, duplicate", r, err)
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -283,7 +284,7 @@ func TestRawAndTypedArgs(t *testing.T) {
 		if a := <-typed; a.N != 42 {
 			t.Fatalf("typed args came back as %+v", a)
 		}
-		waitFor(t, 10*time.Second, func() bool { j, _ := c.Get(ctx, r.Job.ID); return j.State == jobs.StateCompleted })
+		waitFor(t, 10*time.Second, func() bool { j, _ := c.Get(ctx, r.Job.ID); return j.State == idemtype.JobCompleted })
 		if j, _ := c.Get(ctx, r.Job.ID); string(j.Result) != "done" {
 			t.Fatalf("result = %q, want done", j.Result)
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemdev/idem"
 	"github.com/idemdev/idem/driver"
+	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/internal/crashpoint"
 )
 
@@ -49,7 +50,7 @@ func (ex *execution) execute() {
 			ex.confirm(bg)
 			return
 		}
-		ex.finish(bg, driver.FinishJobParams{State: driver.JobCompleted, Result: ex.resultBytes()}, "completed")
+		ex.finish(bg, driver.FinishJobParams{State: idemtype.JobCompleted, Result: ex.resultBytes()}, "completed")
 	case errors.Is(cause, ErrStopped):
 		ex.release(bg)
 	default:
@@ -84,19 +85,19 @@ func (ex *execution) fail(ctx context.Context, err error) {
 	if len(msg) > maxErrorLen {
 		msg = msg[:maxErrorLen] + "…"
 	}
-	p := driver.FinishJobParams{State: driver.JobAvailable, Error: msg}
+	p := driver.FinishJobParams{State: idemtype.JobAvailable, Error: msg}
 	var ra *retryAfter
 	switch {
 	case idem.IsPermanent(err):
-		p.State = driver.JobDead
+		p.State = idemtype.JobDead
 	case ex.fence.Attempt >= ex.rec.MaxAttempts:
-		p.State = driver.JobDead
+		p.State = idemtype.JobDead
 	case errors.As(err, &ra):
 		p.Delay = ra.after
 	default:
 		p.Delay = max(ex.c.cfg.Backoff(ex.fence.Attempt), 0)
 	}
-	if p.State == driver.JobDead {
+	if p.State == idemtype.JobDead {
 		ex.finish(ctx, p, "dead-lettered", slog.String("error", msg))
 		return
 	}
@@ -105,7 +106,7 @@ func (ex *execution) fail(ctx context.Context, err error) {
 
 // release puts a job back without counting a failure.
 func (ex *execution) release(ctx context.Context) {
-	ex.finish(ctx, driver.FinishJobParams{State: driver.JobAvailable}, "released")
+	ex.finish(ctx, driver.FinishJobParams{State: idemtype.JobAvailable}, "released")
 }
 
 func (ex *execution) finish(ctx context.Context, p driver.FinishJobParams, what string, attrs ...slog.Attr) {
@@ -124,10 +125,10 @@ func (ex *execution) finish(ctx context.Context, p driver.FinishJobParams, what 
 	default:
 		ex.observe(finishEnds(p))
 		level := slog.LevelDebug
-		if p.State != driver.JobCompleted {
+		if p.State != idemtype.JobCompleted {
 			level = slog.LevelInfo
 		}
-		if p.State == driver.JobDead {
+		if p.State == idemtype.JobDead {
 			level = slog.LevelWarn
 		}
 		ex.log(ctx, level, "job "+what, attrs...)
@@ -146,10 +147,10 @@ func (ex *execution) confirm(ctx context.Context) {
 	case row.Attempt != ex.fence.Attempt || row.LeaseID != ex.fence.LeaseID:
 		ex.observe("", RunLeaseLost)
 		ex.log(ctx, slog.LevelWarn, "job re-claimed by another worker before CompleteTx committed")
-	case row.State == driver.JobCompleted:
+	case row.State == idemtype.JobCompleted:
 		ex.observe(TransitionCompleted, RunSucceeded)
 		ex.log(ctx, slog.LevelDebug, "job completed")
-	case row.State == driver.JobRunning:
+	case row.State == idemtype.JobRunning:
 		ex.fail(ctx, errors.New("the worker returned nil, but the transaction passed to CompleteTx did not commit"))
 	default:
 		ex.observe("", RunLeaseLost)
@@ -160,9 +161,9 @@ func (ex *execution) confirm(ctx context.Context) {
 // finishEnds names, for Metrics, the end of a claim that p wrote.
 func finishEnds(p driver.FinishJobParams) (to, outcome string) {
 	switch {
-	case p.State == driver.JobCompleted:
+	case p.State == idemtype.JobCompleted:
 		return TransitionCompleted, RunSucceeded
-	case p.State == driver.JobDead:
+	case p.State == idemtype.JobDead:
 		return TransitionDead, RunDead
 	case p.Error == "":
 		return TransitionReleased, RunReleased

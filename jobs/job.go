@@ -12,12 +12,13 @@ import (
 
 	"github.com/idemdev/idem"
 	"github.com/idemdev/idem/driver"
+	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/internal/crashpoint"
 )
 
 // Job is a claimed job with its decoded arguments, as a Worker sees it.
 type Job[T Args] struct {
-	*Record
+	*idemtype.JobRow
 	Args T
 
 	ex *execution
@@ -53,7 +54,7 @@ func (j *Job[T]) CompleteTx(ctx context.Context, tx idem.Tx) error {
 	if err != nil {
 		return err
 	}
-	err = ex.c.drv.FinishJob(ctx, q, driver.FinishJobParams{JobFence: ex.fence, State: driver.JobCompleted, Result: ex.resultBytes()})
+	err = ex.c.drv.FinishJob(ctx, q, driver.FinishJobParams{JobFence: ex.fence, State: idemtype.JobCompleted, Result: ex.resultBytes()})
 	if errors.Is(err, driver.ErrFenced) {
 		ex.log(ctx, slog.LevelWarn, "lease lost at CompleteTx; the job belongs to another worker now")
 		return fmt.Errorf("jobs: complete job %d attempt %d: %w", ex.rec.ID, ex.fence.Attempt, ErrLeaseLost)
@@ -70,7 +71,7 @@ func (j *Job[T]) CompleteTx(ctx context.Context, tx idem.Tx) error {
 type execution struct {
 	c     *Client
 	p     *producer
-	rec   *Record
+	rec   *idemtype.JobRow
 	fence driver.JobFence
 	// claimSent is when the claim that granted the lease was sent (local
 	// monotonic clock).

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/jobs"
 )
 
@@ -85,7 +86,7 @@ func TestHeartbeatKeepsLongJob(t *testing.T) {
 			c.Start(ctx)
 			defer c.Stop(ctx)
 		}
-		waitFor(t, 30*time.Second, func() bool { j, _ := clients[0].Get(ctx, r.Job.ID); return j.State == jobs.StateCompleted })
+		waitFor(t, 30*time.Second, func() bool { j, _ := clients[0].Get(ctx, r.Job.ID); return j.State == idemtype.JobCompleted })
 		if j, _ := clients[0].Get(ctx, r.Job.ID); j.Attempt != 1 || len(j.Errors) != 0 {
 			t.Fatalf("long job: attempt %d, errors %+v; want one uninterrupted attempt", j.Attempt, j.Errors)
 		}

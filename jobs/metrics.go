@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemdev/idem/driver"
+	"github.com/idemdev/idem/idemtype"
 )
 
 // Metrics receives a client's job transitions and run times.
@@ -41,10 +41,10 @@ type Metrics interface {
 // transaction and is not counted; idem_queue_depth and List show it.
 const (
 	TransitionNone      = "none"
-	TransitionAvailable = string(StateAvailable)
-	TransitionRunning   = string(StateRunning)
-	TransitionCompleted = string(StateCompleted)
-	TransitionDead      = string(StateDead)
+	TransitionAvailable = string(idemtype.JobAvailable)
+	TransitionRunning   = string(idemtype.JobRunning)
+	TransitionCompleted = string(idemtype.JobCompleted)
+	TransitionDead      = string(idemtype.JobDead)
 	TransitionRetryable = "retryable"
 	TransitionReleased  = "released"
 	TransitionRescued   = "rescued"
@@ -72,7 +72,7 @@ const rescuedPrefix = "lease expired: "
 
 // rescued reports whether a just-claimed job was handed back by a rescue:
 // the error recorded for its previous attempt is the lease expiry.
-func rescued(r *Record) bool {
+func rescued(r *idemtype.JobRow) bool {
 	n := len(r.Errors)
 	return n > 0 && r.Errors[n-1].Attempt == r.Attempt-1 && strings.HasPrefix(r.Errors[n-1].Error, rescuedPrefix)
 }
@@ -88,7 +88,7 @@ func (c *Client) QueueDepth(ctx context.Context) (map[string]int64, error) {
 		if err != nil {
 			return nil, fmt.Errorf("jobs: queue depth of %s: %w", q, err)
 		}
-		out[q] = int64(n[driver.JobAvailable])
+		out[q] = int64(n[idemtype.JobAvailable])
 	}
 	return out, nil
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemdev/idem/driver"
+	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/jobs"
 	"github.com/idemdev/idem/metrics"
 	"github.com/prometheus/client_golang/prometheus"
@@ -88,7 +89,7 @@ func TestMetrics(t *testing.T) {
 		}
 		waitFor(t, 30*time.Second, func() bool {
 			n, err := c.Counts(ctx, "default")
-			return err == nil && n[jobs.StateCompleted] == 3 && n[jobs.StateDead] == 2
+			return err == nil && n[idemtype.JobCompleted] == 3 && n[idemtype.JobDead] == 2
 		})
 		if err := c.Stop(ctx); err != nil {
 			t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemdev/idem/driver"
+	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/internal/crashpoint"
 )
 
@@ -138,7 +139,7 @@ func (p *producer) waitForSlots(stop <-chan struct{}, want int, deadline time.Ti
 	}
 }
 
-func (p *producer) claim(n int) ([]driver.JobRow, error) {
+func (p *producer) claim(n int) ([]idemtype.JobRow, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
 	defer cancel()
 	return p.c.drv.ClaimJobs(ctx, driver.ClaimJobsParams{
@@ -146,11 +147,11 @@ func (p *producer) claim(n int) ([]driver.JobRow, error) {
 	})
 }
 
-func (p *producer) start(r driver.JobRow, sent time.Time) {
+func (p *producer) start(r idemtype.JobRow, sent time.Time) {
 	p.mu.Lock()
 	p.running++
 	p.mu.Unlock()
-	ex := &execution{c: p.c, p: p, rec: recordFrom(r), fence: driver.JobFence{ID: r.ID, Attempt: r.Attempt, LeaseID: r.LeaseID}, claimSent: sent, started: time.Now()}
+	ex := &execution{c: p.c, p: p, rec: &r, fence: driver.JobFence{ID: r.ID, Attempt: r.Attempt, LeaseID: r.LeaseID}, claimSent: sent, started: time.Now()}
 	m := p.c.cfg.Metrics
 	if rescued(ex.rec) {
 		m.JobTransition(p.queue, TransitionRunning, TransitionRescued)

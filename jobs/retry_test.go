@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/jobs"
 )
 
@@ -38,7 +39,7 @@ func TestFailingJobIsDeadLetteredThenRequeued(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		runUntil(t, c, func() bool { j, _ := c.Get(ctx, r.Job.ID); return j.State == jobs.StateDead })
+		runUntil(t, c, func() bool { j, _ := c.Get(ctx, r.Job.ID); return j.State == idemtype.JobDead })
 		j, err := c.Get(ctx, r.Job.ID)
 		if err != nil {
 			t.Fatal(err)
@@ -49,7 +50,7 @@ func TestFailingJobIsDeadLetteredThenRequeued(t *testing.T) {
 		if fmt.Sprint(delays) != "[1 2]" {
 			t.Fatalf("backoff asked for attempts %v, want [1 2]", delays)
 		}
-		dead, err := c.List(ctx, &jobs.ListParams{State: jobs.StateDead})
+		dead, err := c.List(ctx, &jobs.ListParams{State: idemtype.JobDead})
 		if err != nil || len(dead) != 1 || dead[0].ID != r.Job.ID {
 			t.Fatalf("listing dead letters: %v, %v", dead, err)
 		}
@@ -65,7 +66,7 @@ func TestFailingJobIsDeadLetteredThenRequeued(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		runUntil(t, c2, func() bool { j, _ := c.Get(ctx, r.Job.ID); return j.State == jobs.StateCompleted })
+		runUntil(t, c2, func() bool { j, _ := c.Get(ctx, r.Job.ID); return j.State == idemtype.JobCompleted })
 		if j, _ := c.Get(ctx, r.Job.ID); j.Attempt != 4 || len(j.Errors) != 3 {
 			t.Fatalf("requeued job: attempt %d, %d errors; want 4 and the 3 old errors", j.Attempt, len(j.Errors))
 		}
@@ -107,11 +108,11 @@ func TestPermanentAndRetryAfter(t *testing.T) {
 		}
 		runUntil(t, c, func() bool {
 			n, _ := c.Counts(ctx, "")
-			return n[jobs.StateDead] == 3 && n[jobs.StateAvailable] == 1
+			return n[idemtype.JobDead] == 3 && n[idemtype.JobAvailable] == 1
 		})
 		for _, id := range []int64{perm.Job.ID, panics.Job.ID, undecodable.Job.ID} {
 			j, _ := c.Get(ctx, id)
-			if j.State != jobs.StateDead || j.Attempt != 1 {
+			if j.State != idemtype.JobDead || j.Attempt != 1 {
 				t.Fatalf("job %d: %s after %d attempts, want dead after 1", id, j.State, j.Attempt)
 			}
 		}
@@ -151,7 +152,7 @@ func TestCompleteTxRolledBackIsRetried(t *testing.T) {
 			t.Fatal(err)
 		}
 		r, _ := c.Enqueue(ctx, testArgs{}, nil)
-		runUntil(t, c, func() bool { j, _ := c.Get(ctx, r.Job.ID); return j.State == jobs.StateCompleted })
+		runUntil(t, c, func() bool { j, _ := c.Get(ctx, r.Job.ID); return j.State == idemtype.JobCompleted })
 		j, _ := c.Get(ctx, r.Job.ID)
 		if j.Attempt != 2 || len(j.Errors) != 1 || !strings.Contains(j.Errors[0].Error, "did not commit") {
 			t.Fatalf("job: attempt %d errors %+v; want a retry after the rolled-back completion", j.Attempt, j.Errors)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/jobs"
 )
 
@@ -39,7 +40,7 @@ func TestStopFinishesRunningJobs(t *testing.T) {
 		if err := <-stopped; err != nil {
 			t.Fatal(err)
 		}
-		if j, _ := c.Get(ctx, r.Job.ID); j.State != jobs.StateCompleted {
+		if j, _ := c.Get(ctx, r.Job.ID); j.State != idemtype.JobCompleted {
 			t.Fatalf("job %s after Stop, want completed", j.State)
 		}
 	})
@@ -73,7 +74,7 @@ func TestStopReleasesJobsWhenOutOfTime(t *testing.T) {
 			t.Fatalf("Stop = %v, want DeadlineExceeded", err)
 		}
 		j, _ := c.Get(ctx, r.Job.ID)
-		if j.State != jobs.StateAvailable || len(j.Errors) != 0 || j.RunAt.After(time.Now().Add(time.Second)) {
+		if j.State != idemtype.JobAvailable || len(j.Errors) != 0 || j.RunAt.After(time.Now().Add(time.Second)) {
 			t.Fatalf("released job: %s, errors %+v, run at %v", j.State, j.Errors, j.RunAt)
 		}
 		waitFor(t, 5*time.Second, func() bool { return causes.Load() != nil })
@@ -112,11 +113,11 @@ func TestQueueConcurrency(t *testing.T) {
 		if _, err := c.EnqueueMany(ctx, batch); err != nil {
 			t.Fatal(err)
 		}
-		runUntil(t, c, func() bool { n, _ := c.Counts(ctx, "narrow"); return n[jobs.StateCompleted] == 30 })
+		runUntil(t, c, func() bool { n, _ := c.Counts(ctx, "narrow"); return n[idemtype.JobCompleted] == 30 })
 		if p := peak.Load(); p != 3 {
 			t.Fatalf("peak concurrency %d, want 3", p)
 		}
-		if n, _ := c.Counts(ctx, "unworked"); n[jobs.StateAvailable] != 1 {
+		if n, _ := c.Counts(ctx, "unworked"); n[idemtype.JobAvailable] != 1 {
 			t.Fatalf("a queue with MaxWorkers 0 was worked: %v", n)
 		}
 	})
@@ -135,7 +136,7 @@ func TestScheduledJobWaits(t *testing.T) {
 		later, _ := c.Enqueue(ctx, testArgs{N: 1}, &jobs.EnqueueOpts{Delay: 300 * time.Millisecond})
 		at, _ := c.Enqueue(ctx, testArgs{N: 2}, &jobs.EnqueueOpts{RunAt: time.Now().Add(300 * time.Millisecond)})
 		now, _ := c.Enqueue(ctx, testArgs{N: 3}, nil)
-		runUntil(t, c, func() bool { n, _ := c.Counts(ctx, ""); return n[jobs.StateCompleted] == 3 })
+		runUntil(t, c, func() bool { n, _ := c.Counts(ctx, ""); return n[idemtype.JobCompleted] == 3 })
 		for _, r := range []*jobs.EnqueueResult{later, at, now} {
 			j, _ := c.Get(ctx, r.Job.ID)
 			if j.AttemptedAt.Before(j.RunAt) {

@@ -60,7 +60,7 @@ func AddWorkerKind[T Args](ws *Workers, kind string, w Worker[T]) {
 		if err != nil {
 			return Permanent(err)
 		}
-		return w.Work(ctx, &Job[T]{Record: ex.rec, Args: args, ex: ex})
+		return w.Work(ctx, &Job[T]{JobRow: ex.rec, Args: args, ex: ex})
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/jobs"
 	"github.com/idemdev/idem/metrics"
 	"github.com/idemdev/idem/outbox"
@@ -50,7 +51,7 @@ func TestMetrics(t *testing.T) {
 		}
 		waitFor(t, 30*time.Second, "every delivery settled", func() bool {
 			n, err := ob.Jobs().Counts(ctx, outbox.DefaultQueue)
-			return err == nil && n[jobs.StateCompleted] == 3 && n[jobs.StateDead] == 2
+			return err == nil && n[idemtype.JobCompleted] == 3 && n[idemtype.JobDead] == 2
 		})
 		if err := ob.Stop(ctx); err != nil {
 			t.Fatal(err)
@@ -108,14 +109,14 @@ func TestRedeliverAndList(t *testing.T) {
 		}
 		defer ob.Stop(ctx)
 		waitFor(t, 30*time.Second, "chunk 2 dead", func() bool {
-			ds, err := ob.List(ctx, &outbox.ListParams{State: jobs.StateDead})
+			ds, err := ob.List(ctx, &outbox.ListParams{State: idemtype.JobDead})
 			return err == nil && len(ds) == 1 && ds[0].Key == "fan/2" && ds[0].URL == rcv.URL && strings.Contains(ds[0].LastError, "HTTP 400")
 		})
 		rcv.mu.Lock()
 		refuse = false
 		rcv.mu.Unlock()
 		ds, err := ob.Redeliver(ctx, "fan")
-		if err != nil || len(ds) != 1 || ds[0].Key != "fan/2" || ds[0].State != jobs.StateAvailable {
+		if err != nil || len(ds) != 1 || ds[0].Key != "fan/2" || ds[0].State != idemtype.JobAvailable {
 			t.Fatalf("redeliver: %+v %v", ds, err)
 		}
 		waitFor(t, 30*time.Second, "all delivered", func() bool {
@@ -124,7 +125,7 @@ func TestRedeliverAndList(t *testing.T) {
 				return false
 			}
 			for _, d := range st {
-				if d.State != jobs.StateCompleted || d.Outcome == nil || d.Outcome.Status != 200 {
+				if d.State != idemtype.JobCompleted || d.Outcome == nil || d.Outcome.Status != 200 {
 					return false
 				}
 			}

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/internal/crashpoint"
-	"github.com/idemdev/idem/jobs"
 	"github.com/idemdev/idem/outbox"
 )
 
@@ -51,7 +51,7 @@ func TestRelayCrashAfterDeliveryRedeliversSameKey(t *testing.T) {
 		waitFor(t, 30*time.Second, "all delivered", func() bool {
 			for _, id := range ids {
 				st, err := ob.Status(ctx, id)
-				if err != nil || len(st) != 1 || st[0].State != jobs.StateCompleted {
+				if err != nil || len(st) != 1 || st[0].State != idemtype.JobCompleted {
 					return false
 				}
 			}
@@ -103,7 +103,7 @@ func TestFanOutRetriesOnlyTheFailedChunk(t *testing.T) {
 		waitFor(t, 30*time.Second, "all chunks delivered", func() bool {
 			st, _ = ob.Status(ctx, id)
 			for _, d := range st {
-				if d.State != jobs.StateCompleted {
+				if d.State != idemtype.JobCompleted {
 					return false
 				}
 			}
@@ -188,7 +188,7 @@ func TestOutboxInputAndDeadLetters(t *testing.T) {
 		var st []outbox.Delivery
 		waitFor(t, 30*time.Second, "dead letter", func() bool {
 			st, _ = ob.Status(ctx, "bad")
-			return len(st) == 1 && st[0].State == jobs.StateDead
+			return len(st) == 1 && st[0].State == idemtype.JobDead
 		})
 		if st[0].Attempts != 1 || !strings.Contains(st[0].LastError, "HTTP 422") {
 			t.Fatalf("dead delivery: %+v", st[0])
@@ -198,7 +198,7 @@ func TestOutboxInputAndDeadLetters(t *testing.T) {
 		}
 		waitFor(t, 30*time.Second, "requeued delivery", func() bool {
 			st, _ = ob.Status(ctx, "bad")
-			return st[0].State == jobs.StateCompleted
+			return st[0].State == idemtype.JobCompleted
 		})
 		if calls, effects := rcv.snapshot(); calls["bad"] != 2 || effects["bad"] != 1 {
 			t.Fatalf("receiver: %d calls, %d effects; want 2 and 1", calls["bad"], effects["bad"])

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/jobs"
 )
 
@@ -26,7 +27,7 @@ func (o *Outbox) Redeliver(ctx context.Context, id string) ([]Delivery, error) {
 	}
 	var out []Delivery
 	for _, d := range all {
-		if d.State != jobs.StateDead {
+		if d.State != idemtype.JobDead {
 			continue
 		}
 		r, err := o.jobs.Requeue(ctx, d.JobID)

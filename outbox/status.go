@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/jobs"
 )
 
@@ -18,7 +19,7 @@ type Delivery struct {
 	JobID int64
 	// URL is where the delivery goes.
 	URL   string
-	State jobs.State
+	State idemtype.JobState
 	// Attempts counts the attempts made so far, of MaxAttempts.
 	Attempts    int
 	MaxAttempts int
@@ -35,7 +36,7 @@ type Delivery struct {
 }
 
 // deliveryFrom reads a delivery from its job.
-func deliveryFrom(r *jobs.Record) Delivery {
+func deliveryFrom(r *idemtype.JobRow) Delivery {
 	d := Delivery{Key: r.UniqueKey, JobID: r.ID, State: r.State, Attempts: r.Attempt, MaxAttempts: r.MaxAttempts}
 	var args struct {
 		URL string `json:"url"`
@@ -47,15 +48,15 @@ func deliveryFrom(r *jobs.Record) Delivery {
 		d.LastError = r.Errors[len(r.Errors)-1].Error
 	}
 	switch r.State {
-	case jobs.StateAvailable:
+	case idemtype.JobAvailable:
 		d.NextAttemptAt = r.RunAt
-	case jobs.StateCompleted:
+	case idemtype.JobCompleted:
 		d.DeliveredAt = r.FinalizedAt
 		var oc Outcome
 		if json.Unmarshal(r.Result, &oc) == nil {
 			d.Outcome = &oc
 		}
-	case jobs.StateDead:
+	case idemtype.JobDead:
 		d.DeadAt = r.FinalizedAt
 	}
 	return d
@@ -87,7 +88,7 @@ func (o *Outbox) Status(ctx context.Context, id string) ([]Delivery, error) {
 
 // ListParams selects deliveries for List. Zero values match everything.
 type ListParams struct {
-	State jobs.State
+	State idemtype.JobState
 	// AfterJobID pages through results: pass the last JobID of the
 	// previous page.
 	AfterJobID int64

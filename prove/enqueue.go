@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/jobs"
 )
 
@@ -119,7 +120,7 @@ func runDoubleEnqueue(ctx context.Context, t *trial) error {
 		if err != nil {
 			return err
 		}
-		if n[jobs.StateAvailable] == 0 && n[jobs.StateRunning] == 0 {
+		if n[idemtype.JobAvailable] == 0 && n[idemtype.JobRunning] == 0 {
 			break
 		}
 		if err := sleep(ctx, 50*time.Millisecond); err != nil {
@@ -140,8 +141,8 @@ func runDoubleEnqueue(ctx context.Context, t *trial) error {
 		return err
 	}
 	t.counts = func(r *Result) {
-		r.Stuck += n[jobs.StateRunning]
-		if d := n[jobs.StateDead]; d > 0 {
+		r.Stuck += n[idemtype.JobRunning]
+		if d := n[idemtype.JobDead]; d > 0 {
 			t.fail("%d jobs dead-lettered", d)
 		}
 		total := 0

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/jobs"
 )
 
@@ -58,12 +59,12 @@ func runJobs(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	}, args, stdout, stderr)
 }
 
-var jobStates = []jobs.State{jobs.StateAvailable, jobs.StateRunning, jobs.StateCompleted, jobs.StateDead}
+var jobStates = []idemtype.JobState{idemtype.JobAvailable, idemtype.JobRunning, idemtype.JobCompleted, idemtype.JobDead}
 
 // parseJobState checks a --state value; empty means every state.
-func parseJobState(s string) (jobs.State, bool) {
+func parseJobState(s string) (idemtype.JobState, bool) {
 	for _, v := range jobStates {
-		if jobs.State(s) == v {
+		if idemtype.JobState(s) == v {
 			return v, true
 		}
 	}
@@ -98,7 +99,7 @@ func addJobPage(fs *flag.FlagSet, what, cursor string) *jobPage {
 }
 
 // check validates the flags; problem says what is wrong when ok is false.
-func (p *jobPage) check() (st jobs.State, ok bool) {
+func (p *jobPage) check() (st idemtype.JobState, ok bool) {
 	st, ok = parseJobState(p.state)
 	switch {
 	case !ok:
@@ -390,10 +391,10 @@ func past(t, now time.Time) string {
 
 // jobNote is the table's one-line summary of where a job is in its life,
 // cut to about n bytes.
-func jobNote(r *jobs.Record, now time.Time, n int) string {
+func jobNote(r *idemtype.JobRow, now time.Time, n int) string {
 	var s string
 	switch r.State {
-	case jobs.StateAvailable:
+	case idemtype.JobAvailable:
 		if r.RunAt.After(now) {
 			s = "runs " + ago(r.RunAt, now)
 		} else {
@@ -402,15 +403,15 @@ func jobNote(r *jobs.Record, now time.Time, n int) string {
 		if len(r.Errors) > 0 {
 			s += "; last error: " + r.Errors[len(r.Errors)-1].Error
 		}
-	case jobs.StateRunning:
+	case idemtype.JobRunning:
 		if r.LeaseUntil.After(now) {
 			s = "held by " + r.Worker + ", lease ends " + ago(r.LeaseUntil, now)
 		} else {
 			s = "lease ended " + past(r.LeaseUntil, now) + ": the next claim on its queue takes it back"
 		}
-	case jobs.StateCompleted:
+	case idemtype.JobCompleted:
 		s = "completed " + past(r.FinalizedAt, now)
-	case jobs.StateDead:
+	case idemtype.JobDead:
 		s = "died " + past(r.FinalizedAt, now)
 		if len(r.Errors) > 0 {
 			s += ": " + r.Errors[len(r.Errors)-1].Error
@@ -425,23 +426,23 @@ func jobNote(r *jobs.Record, now time.Time, n int) string {
 // jobJSON is a job as the jobs commands print it with --json. Times are
 // RFC 3339 in UTC; absent times are omitted.
 type jobJSON struct {
-	ID          int64          `json:"id"`
-	Queue       string         `json:"queue"`
-	Kind        string         `json:"kind"`
-	State       jobs.State     `json:"state"`
-	Attempt     int            `json:"attempt"`
-	MaxAttempts int            `json:"max_attempts"`
-	UniqueKey   string         `json:"unique_key,omitempty"`
-	Worker      string         `json:"worker,omitempty"`
-	RunAt       *time.Time     `json:"run_at,omitempty"`
-	LeaseUntil  *time.Time     `json:"lease_until,omitempty"`
-	CreatedAt   *time.Time     `json:"created_at,omitempty"`
-	AttemptedAt *time.Time     `json:"attempted_at,omitempty"`
-	FinalizedAt *time.Time     `json:"finalized_at,omitempty"`
-	LastError   string         `json:"last_error,omitempty"`
-	Errors      []jobErrorJSON `json:"errors,omitempty"`
-	Args        *blobJSON      `json:"args,omitempty"`
-	Result      *blobJSON      `json:"result,omitempty"`
+	ID          int64             `json:"id"`
+	Queue       string            `json:"queue"`
+	Kind        string            `json:"kind"`
+	State       idemtype.JobState `json:"state"`
+	Attempt     int               `json:"attempt"`
+	MaxAttempts int               `json:"max_attempts"`
+	UniqueKey   string            `json:"unique_key,omitempty"`
+	Worker      string            `json:"worker,omitempty"`
+	RunAt       *time.Time        `json:"run_at,omitempty"`
+	LeaseUntil  *time.Time        `json:"lease_until,omitempty"`
+	CreatedAt   *time.Time        `json:"created_at,omitempty"`
+	AttemptedAt *time.Time        `json:"attempted_at,omitempty"`
+	FinalizedAt *time.Time        `json:"finalized_at,omitempty"`
+	LastError   string            `json:"last_error,omitempty"`
+	Errors      []jobErrorJSON    `json:"errors,omitempty"`
+	Args        *blobJSON         `json:"args,omitempty"`
+	Result      *blobJSON         `json:"result,omitempty"`
 }
 
 type jobErrorJSON struct {
@@ -466,7 +467,7 @@ func toBlobJSON(b []byte, n int) *blobJSON {
 
 // toJobJSON converts a job; full adds every error and previews of up to
 // previewBytes of its arguments and result.
-func toJobJSON(r *jobs.Record, full bool, previewBytes int) jobJSON {
+func toJobJSON(r *idemtype.JobRow, full bool, previewBytes int) jobJSON {
 	out := jobJSON{
 		ID: r.ID, Queue: r.Queue, Kind: r.Kind, State: r.State, Attempt: r.Attempt, MaxAttempts: r.MaxAttempts,
 		UniqueKey: r.UniqueKey, Worker: r.Worker, RunAt: jsonTime(r.RunAt), LeaseUntil: jsonTime(r.LeaseUntil),
@@ -480,7 +481,7 @@ func toJobJSON(r *jobs.Record, full bool, previewBytes int) jobJSON {
 			out.Errors = append(out.Errors, jobErrorJSON{Attempt: e.Attempt, At: jsonTime(e.At), Error: e.Error})
 		}
 		out.Args = toBlobJSON(r.Args, previewBytes)
-		if r.State == jobs.StateCompleted {
+		if r.State == idemtype.JobCompleted {
 			out.Result = toBlobJSON(r.Result, previewBytes)
 		}
 	}
@@ -488,7 +489,7 @@ func toJobJSON(r *jobs.Record, full bool, previewBytes int) jobJSON {
 }
 
 // printJob prints one job as "field: value" lines.
-func printJob(w io.Writer, r *jobs.Record, previewBytes int) error {
+func printJob(w io.Writer, r *idemtype.JobRow, previewBytes int) error {
 	now := time.Now()
 	t := &table{tw: tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)}
 	t.row("id:", strconv.FormatInt(r.ID, 10))
@@ -503,7 +504,7 @@ func printJob(w io.Writer, r *jobs.Record, previewBytes int) error {
 	if r.Worker != "" {
 		t.row("worker:", printable(r.Worker)+" (the last to claim it)")
 	}
-	if r.State == jobs.StateRunning {
+	if r.State == idemtype.JobRunning {
 		t.row("lease until:", timeText(r.LeaseUntil)+" ("+ago(r.LeaseUntil, now)+")")
 	}
 	t.row("created:", timeText(r.CreatedAt))
@@ -512,7 +513,7 @@ func printJob(w io.Writer, r *jobs.Record, previewBytes int) error {
 		t.row("finalized:", timeText(r.FinalizedAt))
 	}
 	t.row("args:", previewText(r.Args, previewBytes))
-	if r.State == jobs.StateCompleted {
+	if r.State == idemtype.JobCompleted {
 		t.row("result:", previewText(r.Result, previewBytes))
 	}
 	if len(r.Errors) == 0 {

@@ -16,6 +16,7 @@ import (
 	"github.com/idemdev/idem"
 	"github.com/idemdev/idem/dburl"
 	"github.com/idemdev/idem/driver"
+	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/jobs"
 )
 
@@ -58,15 +59,15 @@ func jobsSeed(t *testing.T) jobsSeeded {
 	if err != nil || len(rows) != 3 {
 		t.Fatalf("claim: %v %v", rows, err)
 	}
-	finish := func(r driver.JobRow, p driver.FinishJobParams) {
+	finish := func(r idemtype.JobRow, p driver.FinishJobParams) {
 		t.Helper()
 		p.JobFence = driver.JobFence{ID: r.ID, Attempt: r.Attempt, LeaseID: r.LeaseID}
 		if err := drv.FinishJob(ctx, driver.Shared, p); err != nil {
 			t.Fatal(err)
 		}
 	}
-	finish(rows[0], driver.FinishJobParams{State: driver.JobDead, Error: "smtp: 550 mailbox unavailable"})
-	finish(rows[1], driver.FinishJobParams{State: driver.JobCompleted, Result: []byte(`{"sent":true}`)})
+	finish(rows[0], driver.FinishJobParams{State: idemtype.JobDead, Error: "smtp: 550 mailbox unavailable"})
+	finish(rows[1], driver.FinishJobParams{State: idemtype.JobCompleted, Result: []byte(`{"sent":true}`)})
 	return s
 }
 
@@ -122,7 +123,7 @@ func TestJobsList(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
 		t.Fatalf("%v:\n%s", err, r.stdout)
 	}
-	if len(got) != 1 || got[0].ID != s.dead || got[0].State != jobs.StateDead || got[0].LastError != "smtp: 550 mailbox unavailable" ||
+	if len(got) != 1 || got[0].ID != s.dead || got[0].State != idemtype.JobDead || got[0].LastError != "smtp: 550 mailbox unavailable" ||
 		got[0].UniqueKey != "welcome-1" || got[0].FinalizedAt == nil || got[0].Args != nil {
 		t.Errorf("dead: %+v", got)
 	}
@@ -190,7 +191,7 @@ func TestJobsRetry(t *testing.T) {
 	}
 	var j jobJSON
 	json.Unmarshal([]byte(opRun(t, "", "jobs", "show", "--json", "--db", s.url, dead).must(t, 0).stdout), &j)
-	if j.State != jobs.StateAvailable || j.MaxAttempts != 4 || len(j.Errors) != 1 {
+	if j.State != idemtype.JobAvailable || j.MaxAttempts != 4 || len(j.Errors) != 1 {
 		t.Errorf("after retry: %+v", j)
 	}
 

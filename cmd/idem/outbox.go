@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/jobs"
 	"github.com/idemdev/idem/outbox"
 )
@@ -208,7 +209,7 @@ func notDeadText(ctx context.Context, ob *outbox.Outbox, id string) string {
 func deliveryNote(d outbox.Delivery, now time.Time, n int) string {
 	var s string
 	switch d.State {
-	case jobs.StateAvailable:
+	case idemtype.JobAvailable:
 		s = "waiting for a relay"
 		if d.NextAttemptAt.After(now) {
 			s = "next attempt " + ago(d.NextAttemptAt, now)
@@ -216,14 +217,14 @@ func deliveryNote(d outbox.Delivery, now time.Time, n int) string {
 		if d.LastError != "" {
 			s += "; last error: " + d.LastError
 		}
-	case jobs.StateRunning:
+	case idemtype.JobRunning:
 		s = "being sent (attempt " + strconv.Itoa(d.Attempts) + ")"
-	case jobs.StateCompleted:
+	case idemtype.JobCompleted:
 		s = "delivered " + past(d.DeliveredAt, now)
 		if d.Outcome != nil {
 			s += ": HTTP " + strconv.Itoa(d.Outcome.Status)
 		}
-	case jobs.StateDead:
+	case idemtype.JobDead:
 		s = "dead " + past(d.DeadAt, now)
 		if d.LastError != "" {
 			s += ": " + d.LastError
@@ -237,17 +238,17 @@ func deliveryNote(d outbox.Delivery, now time.Time, n int) string {
 
 // deliveryJSON is a delivery as the outbox commands print it with --json.
 type deliveryJSON struct {
-	Key           string     `json:"key"`
-	JobID         int64      `json:"job_id"`
-	URL           string     `json:"url"`
-	State         jobs.State `json:"state"`
-	Attempts      int        `json:"attempts"`
-	MaxAttempts   int        `json:"max_attempts"`
-	LastError     string     `json:"last_error,omitempty"`
-	Status        int        `json:"status,omitempty"` // the receiver's answer, once delivered
-	NextAttemptAt *time.Time `json:"next_attempt_at,omitempty"`
-	DeliveredAt   *time.Time `json:"delivered_at,omitempty"`
-	DeadAt        *time.Time `json:"dead_at,omitempty"`
+	Key           string            `json:"key"`
+	JobID         int64             `json:"job_id"`
+	URL           string            `json:"url"`
+	State         idemtype.JobState `json:"state"`
+	Attempts      int               `json:"attempts"`
+	MaxAttempts   int               `json:"max_attempts"`
+	LastError     string            `json:"last_error,omitempty"`
+	Status        int               `json:"status,omitempty"` // the receiver's answer, once delivered
+	NextAttemptAt *time.Time        `json:"next_attempt_at,omitempty"`
+	DeliveredAt   *time.Time        `json:"delivered_at,omitempty"`
+	DeadAt        *time.Time        `json:"dead_at,omitempty"`
 }
 
 func printDeliveries(w io.Writer, ds []outbox.Delivery, asJSON bool) error {

@@ -12,7 +12,7 @@ import (
 	"github.com/idemdev/idem"
 	"github.com/idemdev/idem/dburl"
 	"github.com/idemdev/idem/driver"
-	"github.com/idemdev/idem/jobs"
+	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/outbox"
 )
 
@@ -53,8 +53,8 @@ func outboxSeed(t *testing.T) string {
 		t.Fatalf("claim: %v %v", rows, err)
 	}
 	for i, p := range []driver.FinishJobParams{
-		{State: driver.JobCompleted, Result: []byte(`{"status":200,"body":"ok"}`)},
-		{State: driver.JobDead, Error: "outbox: deliver campaign-7/2: HTTP 410: gone"},
+		{State: idemtype.JobCompleted, Result: []byte(`{"status":200,"body":"ok"}`)},
+		{State: idemtype.JobDead, Error: "outbox: deliver campaign-7/2: HTTP 410: gone"},
 	} {
 		p.JobFence = driver.JobFence{ID: rows[i].ID, Attempt: rows[i].Attempt, LeaseID: rows[i].LeaseID}
 		if err := drv.FinishJob(ctx, driver.Shared, p); err != nil {
@@ -82,7 +82,7 @@ func TestOutboxList(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &ds); err != nil {
 		t.Fatalf("%v:\n%s", err, r.stdout)
 	}
-	if len(ds) != 1 || ds[0].Key != "campaign-7/2" || ds[0].State != jobs.StateDead || ds[0].DeadAt == nil || !strings.Contains(ds[0].LastError, "410") {
+	if len(ds) != 1 || ds[0].Key != "campaign-7/2" || ds[0].State != idemtype.JobDead || ds[0].DeadAt == nil || !strings.Contains(ds[0].LastError, "410") {
 		t.Errorf("dead: %+v", ds)
 	}
 	r = opRun(t, "", "outbox", "list", "--db", url, "--queue", "other", "--json").must(t, 0)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemdev/idem/driver"
+	"github.com/idemdev/idem/idemtype"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -39,9 +40,9 @@ func appendError(expr string) string {
 }
 
 // scanJob reads jobCols followed by the clock.
-func scanJob(s scanner) (driver.JobRow, error) {
+func scanJob(s scanner) (idemtype.JobRow, error) {
 	var (
-		j                                    driver.JobRow
+		j                                    idemtype.JobRow
 		state                                string
 		errs                                 []byte
 		key                                  sql.NullString
@@ -52,7 +53,7 @@ func scanJob(s scanner) (driver.JobRow, error) {
 	if err != nil {
 		return j, err
 	}
-	j.State = driver.JobState(state)
+	j.State = idemtype.JobState(state)
 	j.UniqueKey = key.String
 	j.LeaseUntil, j.AttemptedAt, j.FinalizedAt = leaseUntil.Time, attemptedAt.Time, finalizedAt.Time
 	if j.Errors, err = driver.DecodeJobErrors(errs); err != nil {
@@ -61,9 +62,9 @@ func scanJob(s scanner) (driver.JobRow, error) {
 	return j, nil
 }
 
-func scanJobs(rows driver.Rows) ([]driver.JobRow, error) {
+func scanJobs(rows driver.Rows) ([]idemtype.JobRow, error) {
 	defer rows.Close()
-	var out []driver.JobRow
+	var out []idemtype.JobRow
 	for rows.Next() {
 		j, err := scanJob(rows)
 		if err != nil {
@@ -92,7 +93,7 @@ func (d *Driver) own(ex driver.Executor) driver.Executor {
 
 // EnqueueJobs inserts jobs in order; a taken unique key returns the
 // existing job. Without q, a batch gets its own transaction.
-func (d *Driver) EnqueueJobs(ctx context.Context, q driver.Executor, jobs []driver.JobInsert) ([]driver.JobRow, []bool, error) {
+func (d *Driver) EnqueueJobs(ctx context.Context, q driver.Executor, jobs []driver.JobInsert) ([]idemtype.JobRow, []bool, error) {
 	if q != driver.Shared || len(jobs) == 1 {
 		return d.enqueue(ctx, d.own(q), jobs)
 	}
@@ -113,13 +114,13 @@ func (d *Driver) EnqueueJobs(ctx context.Context, q driver.Executor, jobs []driv
 
 // enqueue inserts a batch in one statement; only the jobs whose unique key
 // was taken are then read one by one.
-func (d *Driver) enqueue(ctx context.Context, q driver.Executor, jobs []driver.JobInsert) ([]driver.JobRow, []bool, error) {
+func (d *Driver) enqueue(ctx context.Context, q driver.Executor, jobs []driver.JobInsert) ([]idemtype.JobRow, []bool, error) {
 	if len(jobs) == 1 {
 		row, dup, err := d.enqueueOne(ctx, q, jobs[0])
 		if err != nil {
 			return nil, nil, err
 		}
-		return []driver.JobRow{row}, []bool{dup}, nil
+		return []idemtype.JobRow{row}, []bool{dup}, nil
 	}
 	var (
 		queues, kinds, keys []string
@@ -163,7 +164,7 @@ SELECT `+jobCols("ins.")+`, c.now FROM ins, c ORDER BY ins.id`,
 	if err != nil {
 		return nil, nil, fmt.Errorf("postgres: enqueue: %w", err)
 	}
-	out := make([]driver.JobRow, len(jobs))
+	out := make([]idemtype.JobRow, len(jobs))
 	dup := make([]bool, len(jobs))
 	next := 0
 	for i, j := range jobs {
@@ -187,7 +188,7 @@ SELECT `+jobCols("ins.")+`, c.now FROM ins, c ORDER BY ins.id`,
 }
 
 // sameJob reports whether row is the insert of j.
-func sameJob(row driver.JobRow, j driver.JobInsert) bool {
+func sameJob(row idemtype.JobRow, j driver.JobInsert) bool {
 	return row.Queue == j.Queue && row.Kind == j.Kind && row.UniqueKey == j.UniqueKey && bytes.Equal(row.Args, j.Args)
 }
 
@@ -200,7 +201,7 @@ const maxEnqueueTries = 3
 // enqueueOne inserts, or reads the job holding the unique key. The read is
 // its own statement: at READ COMMITTED it sees a row that a concurrent
 // inserter committed while the insert waited for it.
-func (d *Driver) enqueueOne(ctx context.Context, q driver.Executor, j driver.JobInsert) (driver.JobRow, bool, error) {
+func (d *Driver) enqueueOne(ctx context.Context, q driver.Executor, j driver.JobInsert) (idemtype.JobRow, bool, error) {
 	var runAt any
 	if !j.RunAt.IsZero() {
 		runAt = j.RunAt
@@ -233,7 +234,7 @@ SELECT `+jobCols("ins.")+`, c.now FROM ins, c`,
 		}
 		return row, true, nil
 	}
-	return driver.JobRow{}, false, fmt.Errorf("postgres: enqueue: unique key %q of queue %q is taken by a job this transaction cannot see (%d tries; is it above READ COMMITTED?)",
+	return idemtype.JobRow{}, false, fmt.Errorf("postgres: enqueue: unique key %q of queue %q is taken by a job this transaction cannot see (%d tries; is it above READ COMMITTED?)",
 		j.UniqueKey, j.Queue, maxEnqueueTries)
 }
 
@@ -274,7 +275,7 @@ func (d *Driver) ListenJobs(ctx context.Context, ready func(), wake func(string)
 // short implicit transaction). The candidate rows are locked with SKIP
 // LOCKED in MATERIALIZED CTEs, evaluated exactly once: a subquery under
 // IN could be re-run by the planner and lock more than its LIMIT.
-func (d *Driver) ClaimJobs(ctx context.Context, p driver.ClaimJobsParams) ([]driver.JobRow, error) {
+func (d *Driver) ClaimJobs(ctx context.Context, p driver.ClaimJobsParams) ([]idemtype.JobRow, error) {
 	rows, err := d.ex.Query(ctx, jobClock+`,
 expired AS MATERIALIZED (
 	SELECT id FROM idem_jobs, c WHERE state = 'running' AND queue = $2 AND lease_until <= c.now
@@ -390,7 +391,7 @@ func (d *Driver) FinishJobs(ctx context.Context, ps []driver.FinishJobParams) ([
 }
 
 // GetJob reads one job.
-func (d *Driver) GetJob(ctx context.Context, id int64) (driver.JobRow, error) {
+func (d *Driver) GetJob(ctx context.Context, id int64) (idemtype.JobRow, error) {
 	j, err := scanJob(d.ex.QueryRow(ctx, jobClock+`SELECT `+jobCols("j.")+`, c.now FROM idem_jobs j, c WHERE j.id = $2`, d.clock(), id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return j, driver.ErrNotFound
@@ -403,7 +404,7 @@ func (d *Driver) GetJob(ctx context.Context, id int64) (driver.JobRow, error) {
 
 // ListJobs returns jobs matching f, by id. Only the filters given become
 // predicates, so the partial indexes apply.
-func (d *Driver) ListJobs(ctx context.Context, f driver.JobFilter) ([]driver.JobRow, error) {
+func (d *Driver) ListJobs(ctx context.Context, f driver.JobFilter) ([]idemtype.JobRow, error) {
 	args := []any{d.clock(), f.AfterID}
 	where := []string{"j.id > $2"}
 	add := func(cond string, v any) {
@@ -440,7 +441,7 @@ func (d *Driver) ListJobs(ctx context.Context, f driver.JobFilter) ([]driver.Job
 }
 
 // CountJobs counts a queue's jobs by state.
-func (d *Driver) CountJobs(ctx context.Context, queue string) (map[driver.JobState]int, error) {
+func (d *Driver) CountJobs(ctx context.Context, queue string) (map[idemtype.JobState]int, error) {
 	rows, err := d.ex.Query(ctx, `SELECT state, count(*) FROM idem_jobs WHERE $1 = '' OR queue = $1 GROUP BY state`, queue)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: count jobs: %w", err)
@@ -453,7 +454,7 @@ func (d *Driver) CountJobs(ctx context.Context, queue string) (map[driver.JobSta
 }
 
 // RequeueJob makes a dead job available now.
-func (d *Driver) RequeueJob(ctx context.Context, id int64, attempts int) (driver.JobRow, error) {
+func (d *Driver) RequeueJob(ctx context.Context, id int64, attempts int) (idemtype.JobRow, error) {
 	j, err := scanJob(d.ex.QueryRow(ctx, jobClock+`UPDATE idem_jobs j SET state = 'available', run_at = c.now,
 	updated_at = c.now, finalized_at = NULL, max_attempts = j.attempt + $3
 	FROM c WHERE j.id = $2 AND j.state = 'dead' RETURNING `+jobCols("j.")+`, c.now`, d.clock(), id, attempts))
@@ -467,7 +468,7 @@ func (d *Driver) RequeueJob(ctx context.Context, id int64, attempts int) (driver
 }
 
 // DeleteJob deletes a job that is in one of states.
-func (d *Driver) DeleteJob(ctx context.Context, id int64, states []driver.JobState) error {
+func (d *Driver) DeleteJob(ctx context.Context, id int64, states []idemtype.JobState) error {
 	names := make([]string, len(states))
 	for i, s := range states {
 		names[i] = string(s)

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -176,21 +177,35 @@ func (d *Driver) Heartbeat(ctx context.Context, f driver.Fence, lease time.Durat
 	return until.Time, nil
 }
 
-// finishSet is the SET clause shared by Finish and Resolve ($6…$9):
-// completed states start their retention clock; released and parked do not.
-const finishSet = `state = $6, lease_until = c.now, updated_at = c.now,
-	completed_at = CASE WHEN $6 IN ('succeeded', 'failed') THEN c.now END,
-	expires_at = CASE WHEN $6 IN ('succeeded', 'failed') THEN c.now + k.retention_ms` + msInterval + ` END,
-	tombstone_until = CASE WHEN $6 IN ('succeeded', 'failed') THEN c.now + (k.retention_ms + k.tombstone_ms)` + msInterval + ` END,
-	status = $7, meta = $8, body = $9`
+// finishSet is the SET clause shared by Finish and Resolve, reading the
+// result from parameters $first… in the order resultArgs binds them, so the
+// two cannot drift apart: completed states start their retention clock;
+// released and parked do not.
+func finishSet(first int) string {
+	st, status, meta, body := param(first), param(first+1), param(first+2), param(first+3)
+	return `state = ` + st + `, lease_until = c.now, updated_at = c.now,
+	completed_at = CASE WHEN ` + st + ` IN ('succeeded', 'failed') THEN c.now END,
+	expires_at = CASE WHEN ` + st + ` IN ('succeeded', 'failed') THEN c.now + k.retention_ms` + msInterval + ` END,
+	tombstone_until = CASE WHEN ` + st + ` IN ('succeeded', 'failed') THEN c.now + (k.retention_ms + k.tombstone_ms)` + msInterval + ` END,
+	status = ` + status + `, meta = ` + meta + `, body = ` + body
+}
 
-// Finish ends a held claim, in the caller's transaction when q is not nil.
+// resultArgs appends the result's parameters for finishSet(len(args)+1).
+func resultArgs(args []any, st idemtype.State, status int, meta, body []byte) []any {
+	return append(args, string(st), status, meta, body)
+}
+
+func param(n int) string { return "$" + strconv.Itoa(n) }
+
+// Finish ends a held claim, in the caller's transaction unless q is
+// driver.Shared.
 func (d *Driver) Finish(ctx context.Context, q driver.Executor, p driver.FinishParams) error {
 	var n int64
+	args := []any{d.clock(), p.Scope, p.Key, p.Attempt, p.LeaseID}
 	err := d.gc.Write(ctx, q, &groupcommit.Write{
 		Key:   p.Scope + "\x00" + p.Key,
-		Query: clockCTE + `UPDATE idem_keys k SET ` + finishSet + ` FROM c WHERE ` + fenced,
-		Args:  []any{d.clock(), p.Scope, p.Key, p.Attempt, p.LeaseID, string(p.State), p.Status, p.Meta, p.Body},
+		Query: clockCTE + `UPDATE idem_keys k SET ` + finishSet(len(args)+1) + ` FROM c WHERE ` + fenced,
+		Args:  resultArgs(args, p.State, p.Status, p.Meta, p.Body),
 		Exec:  func(rows int64) error { n = rows; return nil },
 	})
 	if err != nil {
@@ -204,10 +219,11 @@ func (d *Driver) Finish(ctx context.Context, q driver.Executor, p driver.FinishP
 
 // Resolve applies an operator's decision.
 func (d *Driver) Resolve(ctx context.Context, p driver.ResolveParams) (idemtype.Record, error) {
-	rec, err := scanRecord(d.ex.QueryRow(ctx, clockCTE+`UPDATE idem_keys k SET `+finishSet+`
+	args := []any{d.clock(), p.Scope, p.Key, p.Force}
+	rec, err := scanRecord(d.ex.QueryRow(ctx, clockCTE+`UPDATE idem_keys k SET `+finishSet(len(args)+1)+`
 	FROM c WHERE k.scope = $2 AND k.key = $3
-	AND (k.state = 'parked' OR (k.state = 'in_progress' AND (k.lease_until <= c.now OR $4::boolean OR $5::boolean)))
-	RETURNING `+cols("k.")+`, c.now`, d.clock(), p.Scope, p.Key, p.Force, false, string(p.State), p.Status, p.Meta, p.Body))
+	AND (k.state = 'parked' OR (k.state = 'in_progress' AND (k.lease_until <= c.now OR $4::boolean)))
+	RETURNING `+cols("k.")+`, c.now`, resultArgs(args, p.State, p.Status, p.Meta, p.Body)...))
 	if errors.Is(err, sql.ErrNoRows) {
 		return rec, driver.ErrFenced
 	}

@@ -11,14 +11,15 @@ import (
 	"time"
 
 	"github.com/idemdev/idem/driver"
+	"github.com/idemdev/idem/idemtype"
 )
 
 const jobCols = `id, queue, kind, args, state, attempt, max_attempts, lease_id, lease_until, worker, run_at,
 	unique_key, errors, result, created_at, updated_at, attempted_at, finalized_at`
 
-func scanJob(s scanner, now int64) (driver.JobRow, error) {
+func scanJob(s scanner, now int64) (idemtype.JobRow, error) {
 	var (
-		j                                    driver.JobRow
+		j                                    idemtype.JobRow
 		state, errs                          string
 		key                                  sql.NullString
 		leaseUntil, attemptedAt, finalizedAt sql.NullInt64
@@ -29,7 +30,7 @@ func scanJob(s scanner, now int64) (driver.JobRow, error) {
 	if err != nil {
 		return j, err
 	}
-	j.State = driver.JobState(state)
+	j.State = idemtype.JobState(state)
 	j.UniqueKey = key.String
 	j.LeaseUntil, j.AttemptedAt, j.FinalizedAt = nullMS(leaseUntil), nullMS(attemptedAt), nullMS(finalizedAt)
 	j.RunAt, j.CreatedAt, j.UpdatedAt = fromMS(runAt), fromMS(createdAt), fromMS(updatedAt)
@@ -40,9 +41,9 @@ func scanJob(s scanner, now int64) (driver.JobRow, error) {
 	return j, nil
 }
 
-func scanJobs(rows driver.Rows, now int64) ([]driver.JobRow, error) {
+func scanJobs(rows driver.Rows, now int64) ([]idemtype.JobRow, error) {
 	defer rows.Close()
-	var out []driver.JobRow
+	var out []idemtype.JobRow
 	for rows.Next() {
 		j, err := scanJob(rows, now)
 		if err != nil {
@@ -69,7 +70,7 @@ func appendError(text string) string {
 
 // EnqueueJobs inserts jobs in order; a taken unique key returns the
 // existing job. Without q, a batch gets its own transaction.
-func (d *Driver) EnqueueJobs(ctx context.Context, q driver.Executor, jobs []driver.JobInsert) ([]driver.JobRow, []bool, error) {
+func (d *Driver) EnqueueJobs(ctx context.Context, q driver.Executor, jobs []driver.JobInsert) ([]idemtype.JobRow, []bool, error) {
 	if q != driver.Shared || len(jobs) == 1 {
 		return d.enqueue(ctx, d.onWriter(q), jobs)
 	}
@@ -96,8 +97,8 @@ func (d *Driver) onWriter(ex driver.Executor) driver.Executor {
 	return ex
 }
 
-func (d *Driver) enqueue(ctx context.Context, q driver.Executor, jobs []driver.JobInsert) ([]driver.JobRow, []bool, error) {
-	rows := make([]driver.JobRow, len(jobs))
+func (d *Driver) enqueue(ctx context.Context, q driver.Executor, jobs []driver.JobInsert) ([]idemtype.JobRow, []bool, error) {
+	rows := make([]idemtype.JobRow, len(jobs))
 	dup := make([]bool, len(jobs))
 	for i, j := range jobs {
 		var err error
@@ -113,7 +114,7 @@ func (d *Driver) enqueue(ctx context.Context, q driver.Executor, jobs []driver.J
 // holding the key was pruned between the two steps.
 const maxEnqueueTries = 3
 
-func (d *Driver) enqueueOne(ctx context.Context, q driver.Executor, j driver.JobInsert) (driver.JobRow, bool, error) {
+func (d *Driver) enqueueOne(ctx context.Context, q driver.Executor, j driver.JobInsert) (idemtype.JobRow, bool, error) {
 	args := j.Args
 	if args == nil {
 		args = []byte{}
@@ -145,7 +146,7 @@ func (d *Driver) enqueueOne(ctx context.Context, q driver.Executor, j driver.Job
 		}
 		return row, true, nil
 	}
-	return driver.JobRow{}, false, fmt.Errorf("sqlite: enqueue: unique key %q of queue %q changed %d times; giving up", j.UniqueKey, j.Queue, maxEnqueueTries)
+	return idemtype.JobRow{}, false, fmt.Errorf("sqlite: enqueue: unique key %q of queue %q changed %d times; giving up", j.UniqueKey, j.Queue, maxEnqueueTries)
 }
 
 // NotifyJobs does nothing: SQLite workers poll.
@@ -162,7 +163,7 @@ func (d *Driver) ListenJobs(ctx context.Context, ready func(), wake func(string)
 // IMMEDIATE transaction on the writer connection. Claiming first keeps the
 // PostgreSQL driver's behaviour, whose single statement cannot see its own
 // rescues: a rescued job is claimable from the next claim on.
-func (d *Driver) ClaimJobs(ctx context.Context, p driver.ClaimJobsParams) ([]driver.JobRow, error) {
+func (d *Driver) ClaimJobs(ctx context.Context, p driver.ClaimJobsParams) ([]idemtype.JobRow, error) {
 	tx, err := d.w.begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: claim jobs: %w", err)
@@ -196,7 +197,7 @@ func (d *Driver) ClaimJobs(ctx context.Context, p driver.ClaimJobsParams) ([]dri
 		return nil, fmt.Errorf("sqlite: claim jobs: %w", err)
 	}
 	// RETURNING order is unspecified: hand jobs out oldest first.
-	slices.SortFunc(out, func(a, b driver.JobRow) int {
+	slices.SortFunc(out, func(a, b idemtype.JobRow) int {
 		if c := a.RunAt.Compare(b.RunAt); c != 0 {
 			return c
 		}
@@ -271,7 +272,7 @@ func (d *Driver) FinishJobs(ctx context.Context, ps []driver.FinishJobParams) ([
 }
 
 // GetJob reads one job from the read pool.
-func (d *Driver) GetJob(ctx context.Context, id int64) (driver.JobRow, error) {
+func (d *Driver) GetJob(ctx context.Context, id int64) (idemtype.JobRow, error) {
 	now := d.nowMS()
 	j, err := scanJob(d.r.QueryRow(ctx, `SELECT `+jobCols+` FROM idem_jobs WHERE id = ?`, id), now)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -285,7 +286,7 @@ func (d *Driver) GetJob(ctx context.Context, id int64) (driver.JobRow, error) {
 
 // ListJobs returns jobs matching f, by id, from the read pool. Only the
 // filters given become predicates, so the partial indexes apply.
-func (d *Driver) ListJobs(ctx context.Context, f driver.JobFilter) ([]driver.JobRow, error) {
+func (d *Driver) ListJobs(ctx context.Context, f driver.JobFilter) ([]idemtype.JobRow, error) {
 	now := d.nowMS()
 	where, args := []string{"id > ?"}, []any{f.AfterID}
 	add := func(cond string, v any) {
@@ -323,7 +324,7 @@ func (d *Driver) ListJobs(ctx context.Context, f driver.JobFilter) ([]driver.Job
 }
 
 // CountJobs counts a queue's jobs by state, from the read pool.
-func (d *Driver) CountJobs(ctx context.Context, queue string) (map[driver.JobState]int, error) {
+func (d *Driver) CountJobs(ctx context.Context, queue string) (map[idemtype.JobState]int, error) {
 	rows, err := d.r.Query(ctx, `SELECT state, count(*) FROM idem_jobs WHERE ?1 = '' OR queue = ?1 GROUP BY state`, queue)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: count jobs: %w", err)
@@ -336,7 +337,7 @@ func (d *Driver) CountJobs(ctx context.Context, queue string) (map[driver.JobSta
 }
 
 // RequeueJob makes a dead job available now.
-func (d *Driver) RequeueJob(ctx context.Context, id int64, attempts int) (driver.JobRow, error) {
+func (d *Driver) RequeueJob(ctx context.Context, id int64, attempts int) (idemtype.JobRow, error) {
 	now := d.nowMS()
 	j, err := scanJob(d.w.QueryRow(ctx, `UPDATE idem_jobs SET state = 'available', run_at = ?1, updated_at = ?1,
 	finalized_at = NULL, max_attempts = attempt + ?3
@@ -351,7 +352,7 @@ func (d *Driver) RequeueJob(ctx context.Context, id int64, attempts int) (driver
 }
 
 // DeleteJob deletes a job that is in one of states.
-func (d *Driver) DeleteJob(ctx context.Context, id int64, states []driver.JobState) error {
+func (d *Driver) DeleteJob(ctx context.Context, id int64, states []idemtype.JobState) error {
 	marks := strings.TrimSuffix(strings.Repeat("?, ", len(states)), ", ")
 	args := []any{id}
 	for _, s := range states {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/idemdev/idem/driver"
@@ -173,22 +174,35 @@ func (d *Driver) Heartbeat(ctx context.Context, f driver.Fence, lease time.Durat
 	return fromMS(until.Int64), nil
 }
 
-// finishSet is the SET clause shared by Finish and Resolve: completed
-// states get their retention clock started; released and parked get none.
-const finishSet = `state = ?6, lease_until = ?1, updated_at = ?1,
-	completed_at = CASE WHEN ?6 IN ('succeeded', 'failed') THEN ?1 END,
-	expires_at = CASE WHEN ?6 IN ('succeeded', 'failed') THEN ?1 + retention_ms END,
-	tombstone_until = CASE WHEN ?6 IN ('succeeded', 'failed') THEN ?1 + retention_ms + tombstone_ms END,
-	status = ?7, meta = ?8, body = ?9`
+// finishSet is the SET clause shared by Finish and Resolve, reading the
+// result from parameters ?first… in the order resultArgs binds them, so the
+// two cannot drift apart: completed states start their retention clock;
+// released and parked do not. ?1 is the statement's clock.
+func finishSet(first int) string {
+	st, status, meta, body := param(first), param(first+1), param(first+2), param(first+3)
+	return `state = ` + st + `, lease_until = ?1, updated_at = ?1,
+	completed_at = CASE WHEN ` + st + ` IN ('succeeded', 'failed') THEN ?1 END,
+	expires_at = CASE WHEN ` + st + ` IN ('succeeded', 'failed') THEN ?1 + retention_ms END,
+	tombstone_until = CASE WHEN ` + st + ` IN ('succeeded', 'failed') THEN ?1 + retention_ms + tombstone_ms END,
+	status = ` + status + `, meta = ` + meta + `, body = ` + body
+}
 
-// Finish ends a held claim, in the caller's transaction unless q is driver.Shared.
+// resultArgs appends the result's parameters for finishSet(len(args)+1).
+func resultArgs(args []any, st idemtype.State, status int, meta, body []byte) []any {
+	return append(args, string(st), status, meta, body)
+}
+
+func param(n int) string { return "?" + strconv.Itoa(n) }
+
+// Finish ends a held claim, in the caller's transaction unless q is
+// driver.Shared.
 func (d *Driver) Finish(ctx context.Context, q driver.Executor, p driver.FinishParams) error {
-	now := d.nowMS()
 	var n int64
+	args := []any{d.nowMS(), p.Scope, p.Key, p.Attempt, p.LeaseID}
 	err := d.gc.Write(ctx, q, &groupcommit.Write{
 		Key:   p.Scope + "\x00" + p.Key,
-		Query: `UPDATE idem_keys SET ` + finishSet + ` WHERE ` + fenced,
-		Args:  []any{now, p.Scope, p.Key, p.Attempt, p.LeaseID, string(p.State), p.Status, p.Meta, p.Body},
+		Query: `UPDATE idem_keys SET ` + finishSet(len(args)+1) + ` WHERE ` + fenced,
+		Args:  resultArgs(args, p.State, p.Status, p.Meta, p.Body),
 		Exec:  func(rows int64) error { n = rows; return nil },
 	})
 	if err != nil {
@@ -203,9 +217,10 @@ func (d *Driver) Finish(ctx context.Context, q driver.Executor, p driver.FinishP
 // Resolve applies an operator's decision.
 func (d *Driver) Resolve(ctx context.Context, p driver.ResolveParams) (idemtype.Record, error) {
 	now := d.nowMS()
-	row := d.w.QueryRow(ctx, `UPDATE idem_keys SET `+finishSet+`
+	args := []any{now, p.Scope, p.Key, p.Force}
+	row := d.w.QueryRow(ctx, `UPDATE idem_keys SET `+finishSet(len(args)+1)+`
 	WHERE scope = ?2 AND key = ?3 AND (state = 'parked' OR (state = 'in_progress' AND (lease_until <= ?1 OR ?4)))
-	RETURNING `+cols, now, p.Scope, p.Key, p.Force, nil, string(p.State), p.Status, p.Meta, p.Body)
+	RETURNING `+cols, resultArgs(args, p.State, p.Status, p.Meta, p.Body)...)
 	rec, err := scanRecord(row, now)
 	if errors.Is(err, sql.ErrNoRows) {
 		return rec, driver.ErrFenced

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/idemdev/idem/dburl"
+	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/jobs"
 )
 
@@ -104,12 +105,12 @@ func run() error {
 	if err := c.Start(ctx); err != nil {
 		return err
 	}
-	var done *jobs.Record
+	var done *idemtype.JobRow
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if done, err = c.Get(ctx, first.Job.ID); err != nil {
 			return err
 		}
-		if done.State == jobs.StateCompleted {
+		if done.State == idemtype.JobCompleted {
 			break
 		}
 	}

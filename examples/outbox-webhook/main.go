@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/idemdev/idem/dburl"
-	"github.com/idemdev/idem/jobs"
+	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/outbox"
 )
 
@@ -135,7 +135,7 @@ func waitDelivered(ctx context.Context, ob *outbox.Outbox, id string) error {
 		}
 		done := len(st) > 0
 		for _, d := range st {
-			done = done && d.State == jobs.StateCompleted
+			done = done && d.State == idemtype.JobCompleted
 		}
 		if done {
 			return nil

@@ -1,0 +1,57 @@
+package idemtype
+
+import "time"
+
+// JobState is where a job is in its life, as stored.
+type JobState string
+
+// The states a job can be in. A job waiting for its first run, for a retry
+// after backoff, or for its scheduled time is available with a RunAt in the
+// future; there is no separate scheduled state to move jobs through.
+const (
+	JobAvailable JobState = "available" // waiting to be claimed once RunAt has come
+	JobRunning   JobState = "running"   // claimed by a worker under a lease
+	JobCompleted JobState = "completed" // done; kept until pruned
+	JobDead      JobState = "dead"      // dead letter: out of attempts or failed permanently; kept until an operator acts
+)
+
+// JobRow is a job as stored, with its arguments encoded.
+type JobRow struct {
+	ID    int64
+	Queue string
+	Kind  string
+	// Args are the encoded arguments: JSON, or jobs.Raw's data as given.
+	Args  []byte
+	State JobState
+	// Attempt counts claims, including the current one; it is also the
+	// fencing token that every completion checks, and never goes back.
+	Attempt     int
+	MaxAttempts int
+	// LeaseID is drawn at random by each claim; fenced writes check it
+	// with Attempt.
+	LeaseID    int64
+	LeaseUntil time.Time // zero unless running
+	// Worker is the id of the client that claimed it last; kept after the
+	// run for inspection.
+	Worker    string
+	RunAt     time.Time // when the job becomes (or became) claimable
+	UniqueKey string
+	// Errors lists failed attempts, oldest first, including leases that
+	// expired because a worker died.
+	Errors []JobError
+	// Result is what the handler recorded, once completed.
+	Result      []byte
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+	AttemptedAt time.Time // zero until first claimed
+	FinalizedAt time.Time // zero unless completed or dead
+	// Now is the database clock at the statement that read the row.
+	Now time.Time
+}
+
+// JobError is one failed attempt, as recorded on the job.
+type JobError struct {
+	Attempt int
+	At      time.Time
+	Error   string
+}
