@@ -39,7 +39,7 @@ func runFingerprint(ctx context.Context, args []string, stdin io.Reader, stdout,
 	nfc := fs.Bool("nfc", false, "normalize every string value and object key to Unicode NFC")
 	usage := func(w io.Writer) {
 		fs.SetOutput(w)
-		fmt.Fprintf(w, "Usage: %s\n\nReads one JSON document from FILE, or stdin if FILE is absent or -, and prints\nits RFC 8785 canonical form on one line and its fingerprint on the next.\n\nFlags:\n", fingerprintUsage)
+		fmt.Fprintf(w, "Usage: %s\n\nReads one JSON document from FILE, or stdin if FILE is absent or -, and prints\nits canonical form on one line and its fingerprint on the next. The form is\nRFC 8785's, except that a number RFC 8785 would round to another value is\nkept exact; a note on stderr names each such number.\n\nFlags:\n", fingerprintUsage)
 		fs.PrintDefaults()
 	}
 	// The flag package prints usage on its own on errors and on --help, to
@@ -95,5 +95,28 @@ func runFingerprint(ctx context.Context, args []string, stdin io.Reader, stdout,
 		return 2
 	}
 	fmt.Fprintf(stdout, "%s\n%s\n", canonical, fingerprint.Hash(canonical))
+	noteExactNumbers(stderr, canonical)
 	return 0
+}
+
+// noteExactNumbers prints a note for each number of canonical that is kept
+// as its exact decimal where RFC 8785 would round it, so that the
+// deviation is never a surprise. Notes go to stderr: stdout stays the
+// canonical form and the fingerprint.
+func noteExactNumbers(stderr io.Writer, canonical []byte) {
+	exact, err := fingerprint.ExactNumbers(canonical)
+	if err != nil {
+		return // canonical came from Canonicalize; it parses
+	}
+	for _, n := range exact {
+		pointer := n.Pointer
+		if pointer == "" {
+			pointer = "(the document)"
+		}
+		rfc := "RFC 8785 would write " + n.RFC8785
+		if n.RFC8785 == "" {
+			rfc = "RFC 8785 has no form for it (beyond the float64 range)"
+		}
+		fmt.Fprintf(stderr, "note: %s: %s kept exact; %s (see docs/contract.md)\n", pointer, n.Exact, rfc)
+	}
 }

@@ -46,6 +46,9 @@ func TestFingerprintCommand(t *testing.T) {
 		{name: "bad pointer", args: []string{"--exclude", "request_id"}, stdin: `{}`, code: 2, stderrHas: `invalid JSON pointer "request_id"`},
 		{name: "bad flag", args: []string{"--bogus"}, code: 2, stderrHas: "flag provided but not defined"},
 		{name: "two files", args: []string{file, file}, code: 2, stderrHas: "at most one FILE"},
+		{name: "number kept exact", stdin: `{"to_account":9007199254740993}`, stdout: "{\"to_account\":9007199254740993}\n",
+			stderrHas: "note: /to_account: 9007199254740993 kept exact; RFC 8785 would write 9007199254740992"},
+		{name: "number beyond float64", stdin: `1e400`, stdout: "1e+400\n", stderrHas: "note: (the document): 1e+400 kept exact; RFC 8785 has no form for it"},
 		{name: "help", args: []string{"--help"}, code: 0, stdoutHas: "Usage: idem fingerprint", stderrNone: true},
 	}
 	for _, tt := range tests {
