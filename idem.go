@@ -7,9 +7,19 @@
 // InFlight; the same key with a different request gets Mismatch.
 //
 //	l, err := idem.Open(ctx, "sqlite:idem.db", nil)
-//	res, err := l.Do(ctx, idem.Op{Key: k, Fingerprint: fp}, func(ctx context.Context, tx *sql.Tx) ([]byte, error) {
-//		// write the effect with tx: it commits together with the done mark
+//	if err != nil {
+//		return err
+//	}
+//	defer l.Close()
+//	op := idem.Op{Scope: "shop", Key: "order-42/charge", Fingerprint: "jcs-sha256:…"}
+//	res, err := l.Do(ctx, op, func(ctx context.Context, tx *sql.Tx) ([]byte, error) {
+//		// The effect, written with tx, commits together with the done mark.
+//		_, err := tx.ExecContext(ctx, `INSERT INTO charges (order_id, amount) VALUES (42, 1999)`)
+//		return []byte("charged"), err
 //	})
+//	// res.Replayed says whether this call ran the function or replayed its result.
+//
+// ExampleLedger_Do runs the same steps.
 //
 // What idem promises, and what it cannot, is in docs/contract.md.
 package idem
