@@ -51,16 +51,26 @@
 //
 // # Shell blocks
 //
-// Each ```sh block runs in a new temporary directory, line by line (a
-// trailing backslash continues a line, # starts a comment), with the idem
-// built once from this module first on PATH and a time bound per command.
-// "export" lines apply to the lines after them. A command passes when it
-// exits 0; "idem serve" passes when it says it is listening, and is then
-// stopped. Every line that is not run is skipped by a rule in
+// Each ```sh block runs in a new temporary directory holding an empty
+// ledger at the default database (idem.db, made by idem migrate), line by
+// line (a trailing backslash continues a line, # starts a comment), in
+// bash with pipefail, with the idem built once from this module first on
+// PATH and a time bound per command. "export" lines apply to the lines
+// after them. A command passes when it exits 0; "idem serve" passes when
+// it says it is listening, and is then stopped; a command that names a
+// record (idem keys show, idem jobs retry, …) also passes when it says the
+// empty ledger has no such record.
+//
+// Every line that is not run is skipped by an explicit rule in
 // commandRules (commands_test.go), which the test logs with its reason:
-// running the test suite, PostgreSQL clusters, servers the reader runs,
-// long runs. A database server at a documented address (postgres://host/…)
-// is replaced by a SQLite file in the temporary directory, and listen
-// ports by 0, so the command's flags are still checked. The same skip
-// marker as for Go blocks skips a whole shell block.
+// the test suite, go build, curl against a running gateway, throwaway
+// PostgreSQL clusters (--db postgres), the reader's own service
+// (--target), long runs (idem prove, idem bench). Rewrites keep the rest
+// runnable offline: go run ./cmd/idem is the built idem; a database server
+// at a documented address (postgres://host/…) becomes a SQLite file in the
+// temporary directory; listen ports become 0, the host kept (a
+// non-loopback address stays one), and serve without --listen gets
+// 127.0.0.1:0. So a command's flags are still checked. The same skip
+// marker as for Go blocks skips a whole shell block; add a rule rather than
+// a marker when a new kind of command cannot run offline.
 package doctest
