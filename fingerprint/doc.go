@@ -17,6 +17,10 @@
 // spelling (1.0, 1e0, 10e-1) and string escapes (\u00e9 or é) never change
 // a fingerprint; a value, a key or an array order does.
 //
+// HTTP fingerprints a whole HTTP request (method, path, query and body) the
+// way package idemhttp and the gateway do, so that a tool can explain their
+// decisions.
+//
 // Fingerprints are stored next to idempotency keys and compared on every
 // retry, so the canonical form is a persistent format: a change to the bytes
 // Canonicalize produces for some input would make every stored fingerprint of
