@@ -122,11 +122,11 @@ func httpBody(r Request, exclude []string) (string, error) {
 }
 
 // excludesField reports whether one of the pointers names the top-level
-// form field name: "/name", with RFC 6901 escapes.
+// form field name: "/name", with RFC 6901 escapes ("/*" names a field
+// literally named "*": form fields have no wildcard).
 func excludesField(exclude []string, name string) bool {
-	for _, p := range exclude {
-		if tok, ok := strings.CutPrefix(p, "/"); ok && !strings.Contains(tok, "/") &&
-			strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~") == name {
+	for _, s := range exclude {
+		if p, err := parsePointer(s, nil); err == nil && len(p) == 1 && p[0].name == name {
 			return true
 		}
 	}
