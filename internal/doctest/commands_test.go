@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -123,11 +124,17 @@ func stripComment(s string) string {
 	return s
 }
 
+// builtDir is where buildIdem put idem, for TestMain to remove.
+var builtDir atomic.Pointer[string]
+
+// buildIdem builds ./cmd/idem once per test binary and returns its
+// directory.
 var buildIdem = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "doctest-idem")
 	if err != nil {
 		return "", err
 	}
+	builtDir.Store(&dir)
 	root, err := moduleRootOnce()
 	if err != nil {
 		return "", err
@@ -143,8 +150,8 @@ var buildIdem = sync.OnceValues(func() (string, error) {
 // TestMain removes the idem the tests built.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if dir, err := buildIdem(); err == nil {
-		os.RemoveAll(dir)
+	if dir := builtDir.Load(); dir != nil {
+		os.RemoveAll(*dir)
 	}
 	os.Exit(code)
 }

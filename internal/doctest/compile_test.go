@@ -50,6 +50,59 @@ func TestGoBlocksCompile(t *testing.T) {
 	t.Parallel()
 	root := moduleRoot(t)
 	blocks := append(allBlocks(t, "go"), packageDocBlocks(t, root)...)
+	problems := compileBlocks(t, root, blocks)
+	byFile := map[string][]block{}
+	for _, b := range blocks {
+		byFile[b.file] = append(byFile[b.file], b)
+	}
+	for _, f := range append(docFiles(t), packageDocs...) {
+		t.Run(f, func(t *testing.T) {
+			for _, b := range byFile[f] {
+				if b.skip != "" {
+					t.Logf("%s: go block not compiled: %s", b.where(), b.skip)
+				}
+			}
+			for _, p := range problems[f] {
+				t.Error(p)
+			}
+			if len(problems[f]) > 0 {
+				t.Log("see internal/doctest/doc.go for how Go blocks are compiled, and how to mark one that should not be")
+			}
+		})
+	}
+}
+
+// TestCompileNamesDocLines checks what a broken block reports: the
+// Markdown file, line and column, the compiler's message, and the block.
+func TestCompileNamesDocLines(t *testing.T) {
+	t.Parallel()
+	root := moduleRoot(t)
+	blocks := []block{
+		{file: "docs/broken.md", lang: "go", line: 40, lines: []string{"ob, err := outbox.New(l, nil)", "_, err = ob.Add(ctx, tx, outbox.Message{To: \"x\"})"}},
+		{file: "docs/broken.md", lang: "go", line: 50, lines: []string{"x := {"}},
+		{file: "docs/broken.md", lang: "go", line: 60, lines: []string{"_ = msg.Nope"}, given: []string{"var msg struct{ ID string }"}, givenLine: 57},
+		{file: "docs/broken.md", lang: "go", line: 70, lines: []string{"this is not Go"}, skip: "a sketch"},
+	}
+	got := strings.Join(compileBlocks(t, root, blocks)["docs/broken.md"], "\n")
+	for _, want := range []string{
+		"docs/broken.md:41:41: unknown field To in struct literal of type outbox.Message (go block at line 40)",
+		"docs/broken.md:50:", "go block at line 50 does not parse",
+		"docs/broken.md:60:", "msg.Nope undefined", "(go block at line 60)",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("problems lack %q; got:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, ":70") {
+		t.Errorf("a skipped block was compiled:\n%s", got)
+	}
+}
+
+// compileBlocks compiles blocks (see the package documentation) with one
+// go build and returns the problems found, by documentation file. A
+// failure outside the blocks fails t.
+func compileBlocks(t *testing.T, root string, blocks []block) map[string][]string {
+	t.Helper()
 	pkgs := packageTable(t, root)
 
 	build, err := os.MkdirTemp(filepath.Join(root, "internal", "doctest"), "_build") // "_": never in ./...
@@ -121,7 +174,7 @@ func TestGoBlocksCompile(t *testing.T) {
 		n, _ := strconv.Atoi(m[2])
 		in := "?"
 		for _, b := range byFile[file] {
-			if b.line <= n && n < b.line+len(b.lines) {
+			if b.line <= n && n < b.line+len(b.lines) || b.givenLine <= n && n < b.givenLine+len(b.given) {
 				in = strconv.Itoa(b.line)
 			}
 		}
@@ -137,22 +190,7 @@ func TestGoBlocksCompile(t *testing.T) {
 	} else if outside {
 		t.Errorf("go build of the doc blocks failed, partly outside them:\n%s", out)
 	}
-
-	for _, f := range append(docFiles(t), packageDocs...) {
-		t.Run(f, func(t *testing.T) {
-			for _, b := range byFile[f] {
-				if b.skip != "" {
-					t.Logf("%s: go block not compiled: %s", b.where(), b.skip)
-				}
-			}
-			for _, p := range problems[f] {
-				t.Error(p)
-			}
-			if len(problems[f]) > 0 {
-				t.Log("see internal/doctest/doc.go for how Go blocks are compiled, and how to mark one that should not be")
-			}
-		})
-	}
+	return problems
 }
 
 // wrapGo returns the Go file that compiles block b: the block itself when
