@@ -95,23 +95,23 @@ func appendMantissa(dst, digits []byte) []byte {
 	return dst
 }
 
-// A number literal is kept as the float64 it reads as whenever that is
-// exact enough: when the RFC 8785 form of the float64 denotes exactly the
-// literal's value (0.1, 1e23, 9007199254740992, 4.50 all qualify, though
-// only the last two are exact as float64). Every other literal (more
-// significant digits than its float64 keeps, such as 9007199254740993, or
-// outside the float64 range, such as 1e400 and 1e-400) is written as its
-// exact decimal value in the same ECMAScript layout.
+// numberValue returns the parsed value of the number literal lit, whose
+// syntax has been checked, given f, the float64 nearest to it (±Inf beyond
+// the float64 range).
+//
+// The number is kept as f whenever that is exact enough: when the RFC 8785
+// form of f denotes exactly the literal's value (0.1, 1e23,
+// 9007199254740992 and 4.50 all qualify, though only the last two are
+// exact as float64). Any other literal (more significant digits than its
+// float64 keeps, such as 9007199254740993, or outside the float64 range,
+// such as 1e400 and 1e-400) is kept as its exact decimal value, laid out
+// as ECMAScript lays out numbers, in the value's str.
 //
 // Either way the output denotes the literal's value exactly, so two numbers
 // of different value never share a canonical form, and the form depends on
 // the value alone (9007199254740993, 9007199254740993.0 and
 // 90071992547409930e-1 share one). Input that a JSON encoder printed from a
 // float64 (shortest round-trip digits) always keeps its RFC 8785 form.
-
-// numberValue returns the parsed value of the number literal lit, whose
-// syntax has been checked, and f, the float64 nearest to it (±Inf beyond
-// the float64 range).
 func numberValue(lit []byte, f float64) value {
 	neg := lit[0] == '-'
 	if neg {
