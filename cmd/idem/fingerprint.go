@@ -67,7 +67,9 @@ func runFingerprint(ctx context.Context, args []string, stdin io.Reader, stdout,
 		fmt.Fprintln(stderr, "idem fingerprint: --http takes only --exclude and --content-type (the gateway has no string normalizers)")
 		return 2
 	}
-	if !*httpMode && fs.Lookup("content-type").Value.String() != fs.Lookup("content-type").DefValue {
+	contentTypeSet := false
+	fs.Visit(func(f *flag.Flag) { contentTypeSet = contentTypeSet || f.Name == "content-type" })
+	if !*httpMode && contentTypeSet {
 		fmt.Fprintln(stderr, "idem fingerprint: --content-type needs --http")
 		return 2
 	}
@@ -122,7 +124,7 @@ func runFingerprint(ctx context.Context, args []string, stdin io.Reader, stdout,
 	}
 
 	if *httpMode {
-		return printHTTP(req, data, excludes, name, stdout, stderr)
+		return printHTTP(req, data, excludes, opts, name, stdout, stderr)
 	}
 	canonical, err := fingerprint.Canonicalize(data, opts...)
 	if se, ok := errors.AsType[*fingerprint.SyntaxError](err); ok {
@@ -139,8 +141,9 @@ func runFingerprint(ctx context.Context, args []string, stdin io.Reader, stdout,
 }
 
 // printHTTP prints the text the gateway hashes for the request req with
-// body data, then its fingerprint, and notes on the body's numbers.
-func printHTTP(req fingerprint.Request, data []byte, exclude []string, name string, stdout, stderr io.Writer) int {
+// body data, then its fingerprint, and notes on the body's numbers. opts
+// are the Exclude options of the pointers exclude.
+func printHTTP(req fingerprint.Request, data []byte, exclude []string, opts []fingerprint.Option, name string, stdout, stderr io.Writer) int {
 	req.Body = data
 	input, err := fingerprint.HTTPInput(req, exclude)
 	if se, ok := errors.AsType[*fingerprint.SyntaxError](err); ok {
@@ -154,10 +157,6 @@ func printHTTP(req fingerprint.Request, data []byte, exclude []string, name stri
 	fp, _ := fingerprint.HTTP(req, exclude) // input computed above: no error
 	fmt.Fprintf(stdout, "%s\n%s\n", input, fp)
 	if bodyFP := input[strings.LastIndexByte(input, '\n')+1:]; strings.HasPrefix(bodyFP, fingerprint.Scheme+":") {
-		opts := make([]fingerprint.Option, len(exclude))
-		for i, p := range exclude {
-			opts[i] = fingerprint.Exclude(p)
-		}
 		if canonical, err := fingerprint.Canonicalize(data, opts...); err == nil {
 			noteExactNumbers(stderr, canonical)
 		}

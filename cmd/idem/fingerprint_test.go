@@ -57,7 +57,7 @@ func TestFingerprintCommand(t *testing.T) {
 		{name: "http bad path", args: []string{"--http", "POST", "charges"}, code: 2, stderrHas: "want a request target"},
 		{name: "http two files", args: []string{"--http", "POST", "/p", file, file}, code: 2, stderrHas: "at most one FILE"},
 		{name: "http with nfc", args: []string{"--http", "--nfc", "POST", "/p"}, code: 2, stderrHas: "--http takes only --exclude and --content-type"},
-		{name: "content type without http", args: []string{"--content-type", "text/plain"}, code: 2, stderrHas: "--content-type needs --http"},
+		{name: "content type without http", args: []string{"--content-type", "application/json"}, code: 2, stderrHas: "--content-type needs --http"},
 		{name: "help", args: []string{"--help"}, code: 0, stdoutHas: "Usage: idem fingerprint", stderrNone: true},
 	}
 	for _, tt := range tests {
