@@ -8,11 +8,26 @@
 //
 // A ledger runs on the application's own database handle, through a driver
 // made from it: postgres.New(pool) on a pgx pool, sqlite.New(db) on a
-// *sql.DB opened with any SQLite driver. This package imports no database
+// *sql.DB opened with any SQLite library. This package imports no database
 // driver; package dburl opens one from a URL, for the CLI and quick starts.
 // Every ...Tx method joins the application's own transaction (a *sql.Tx,
 // or a pgx.Tx on the postgres driver), so a business write and idem's
 // record commit together.
+//
+//	l, err := idem.New(ctx, postgres.New(pool, nil), nil) // the application's *pgxpool.Pool
+//	if err != nil {
+//		return err
+//	}
+//	defer l.Close()
+//	op := idem.Op{Scope: "shop", Key: "order-42/charge", Fingerprint: "jcs-sha256:…"}
+//	res, err := l.Do(ctx, op, func(ctx context.Context, tx *sql.Tx) ([]byte, error) {
+//		// The effect, written with tx, commits together with the done mark.
+//		_, err := tx.ExecContext(ctx, `INSERT INTO charges (order_id, amount) VALUES (42, 1999)`)
+//		return []byte("charged"), err
+//	})
+//	// res.Replayed says whether this call ran the function or replayed its result.
+//
+// ExampleLedger_Do runs the same steps on SQLite.
 //
 // What idem promises, and what it cannot, is in docs/contract.md; the path
 // of a claim through the code is in docs/architecture.md.

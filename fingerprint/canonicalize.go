@@ -8,7 +8,9 @@ import (
 // 8785 canonical form: no white space, object members sorted by the UTF-16
 // code units of their keys, numbers as ECMAScript prints them (1.0 is 1, 2e21
 // is 2e+21, -0 is 0) and strings with only '"', '\\' and U+0000 to U+001F
-// escaped.
+// escaped. A number RFC 8785 would round to another value is written as its
+// exact decimal instead (9007199254740993 stays 9007199254740993, 1e400 is
+// 1e+400): see the package documentation.
 //
 // Input that is not strict JSON or has no canonical form is never repaired:
 // Canonicalize returns a *SyntaxError (see the package documentation for

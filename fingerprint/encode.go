@@ -6,7 +6,8 @@ import (
 	"unicode/utf8"
 )
 
-// appendCanonical appends the RFC 8785 form of v to dst. It sorts the
+// appendCanonical appends the canonical form of v to dst: RFC 8785's, but
+// for numbers it would round (see numberValue). It sorts the
 // members of every object in v in place.
 func appendCanonical(dst []byte, v *value) []byte {
 	switch v.kind {
@@ -17,6 +18,9 @@ func appendCanonical(dst []byte, v *value) []byte {
 	case kindTrue:
 		return append(dst, "true"...)
 	case kindNumber:
+		if v.str != "" {
+			return append(dst, v.str...)
+		}
 		return appendNumber(dst, v.num)
 	case kindString:
 		return appendString(dst, v.str)

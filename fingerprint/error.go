@@ -7,8 +7,7 @@ import (
 )
 
 // SyntaxError reports input that is not strict JSON, or that is JSON which
-// has no RFC 8785 canonical form (a duplicate key, a number that is not a
-// finite float64, a lone surrogate). It is returned by Canonicalize, Sum and
+// has no canonical form (a duplicate key, a lone surrogate). It is returned by Canonicalize, Sum and
 // Of; match it with errors.As.
 type SyntaxError struct {
 	// Offset is the zero-based byte offset in the input at which the

@@ -86,3 +86,15 @@ func ExampleSyntaxError() {
 	// fingerprint: invalid JSON at offset 14: duplicate key "a"
 	// line 3, column 3: duplicate key "a"
 }
+
+func ExampleExactNumbers() {
+	canonical, _ := fingerprint.Canonicalize([]byte(`{"to_account": 9007199254740993, "amount": 12.50}`))
+	fmt.Println(string(canonical))
+	exact, _ := fingerprint.ExactNumbers(canonical)
+	for _, n := range exact {
+		fmt.Printf("%s: %s kept exact (RFC 8785: %s)\n", n.Pointer, n.Exact, n.RFC8785)
+	}
+	// Output:
+	// {"amount":12.5,"to_account":9007199254740993}
+	// /to_account: 9007199254740993 kept exact (RFC 8785: 9007199254740992)
+}

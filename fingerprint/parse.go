@@ -13,7 +13,7 @@ import (
 const maxDepth = 10000
 
 // parser is a strict RFC 8259 parser that also enforces what RFC 8785 needs:
-// unique keys, valid UTF-8, paired surrogates and finite float64 numbers.
+// unique keys, valid UTF-8 and paired surrogates.
 type parser struct {
 	data  []byte
 	pos   int
@@ -90,8 +90,7 @@ func (p *parser) value() (value, error) {
 		s, err := p.string()
 		return value{kind: kindString, str: s}, err
 	case c == '-' || '0' <= c && c <= '9':
-		f, err := p.number()
-		return value{kind: kindNumber, num: f}, err
+		return p.number()
 	case c == 't':
 		return value{kind: kindTrue}, p.literal("true")
 	case c == 'f':
@@ -381,49 +380,58 @@ func isASCII(s string) bool {
 	return true
 }
 
-// number parses a number per the RFC 8259 grammar and returns the float64 it
-// denotes. Numbers beyond the float64 range are errors: RFC 8785 has no form
-// for them. Numbers too small to represent round to zero, as IEEE 754 (and
-// ECMAScript's JSON.parse) do.
-func (p *parser) number() (float64, error) {
+// number parses a number per the RFC 8259 grammar and returns its value:
+// see numberValue for how a number that RFC 8785 would round is kept
+// exact. Every number the grammar allows has a canonical form, including
+// those beyond the float64 range.
+func (p *parser) number() (value, error) {
 	start := p.pos
 	if p.data[p.pos] == '-' {
 		p.pos++
 	}
+	digitsStart := p.pos
 	switch {
 	case p.pos < len(p.data) && p.data[p.pos] == '0':
 		p.pos++
 		if p.pos < len(p.data) && isDigit(p.data[p.pos]) {
-			return 0, p.errorf(start, "invalid number: leading zero")
+			return value{}, p.errorf(start, "invalid number: leading zero")
 		}
 	case p.pos < len(p.data) && isDigit(p.data[p.pos]):
 		p.skipDigits()
 	default:
-		return 0, p.unexpected("digit in number")
+		return value{}, p.unexpected("digit in number")
 	}
+	digits := p.pos - digitsStart
 	if p.pos < len(p.data) && p.data[p.pos] == '.' {
 		p.pos++
 		if p.pos >= len(p.data) || !isDigit(p.data[p.pos]) {
-			return 0, p.unexpected("digit after decimal point")
+			return value{}, p.unexpected("digit after decimal point")
 		}
+		fracStart := p.pos
 		p.skipDigits()
+		digits += p.pos - fracStart
 	}
+	expLen := 0
 	if p.pos < len(p.data) && (p.data[p.pos] == 'e' || p.data[p.pos] == 'E') {
 		p.pos++
 		if p.pos < len(p.data) && (p.data[p.pos] == '+' || p.data[p.pos] == '-') {
 			p.pos++
 		}
 		if p.pos >= len(p.data) || !isDigit(p.data[p.pos]) {
-			return 0, p.unexpected("digit in exponent")
+			return value{}, p.unexpected("digit in exponent")
 		}
+		expStart := p.pos
 		p.skipDigits()
+		expLen = p.pos - expStart
 	}
-	lit := string(p.data[start:p.pos])
-	f, err := strconv.ParseFloat(lit, 64)
-	if err != nil {
-		return 0, p.errorf(start, "number %s is not a finite float64", truncate(lit, 40))
+	lit := p.data[start:p.pos]
+	f, _ := strconv.ParseFloat(string(lit), 64) // ±Inf beyond the range
+	// Fast path: with at most 15 significant digits, in the normal range,
+	// a decimal is exactly the shortest form of its float64 (DBL_DIG).
+	if digits <= 15 && expLen <= 2 {
+		return value{kind: kindNumber, num: f}, nil
 	}
-	return f, nil
+	return numberValue(lit, f), nil
 }
 
 func (p *parser) skipDigits() {
@@ -433,11 +441,3 @@ func (p *parser) skipDigits() {
 }
 
 func isDigit(c byte) bool { return '0' <= c && c <= '9' }
-
-// truncate shortens s to at most n bytes for an error message.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
-}

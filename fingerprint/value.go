@@ -13,12 +13,14 @@ const (
 	kindObject
 )
 
-// value is a parsed JSON value. Numbers are kept as the float64 they denote,
-// because RFC 8785 defines their canonical form by that float64 alone.
+// value is a parsed JSON value. A number is kept as the float64 nearest to
+// it, because RFC 8785 defines its canonical form by that float64 alone;
+// where that form would not denote the number exactly, str holds the exact
+// form instead (see numberValue).
 type value struct {
 	kind    kind
-	num     float64  // kindNumber
-	str     string   // kindString, decoded
+	num     float64  // kindNumber: the nearest float64, ±Inf beyond the range
+	str     string   // kindString, decoded; kindNumber, the exact form or ""
 	elems   []value  // kindArray
 	members []member // kindObject, in input order until sorted for output
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -159,8 +160,7 @@ type config struct {
 	waitTimeout  time.Duration
 	serverErrors ServerErrorPolicy
 	allow        map[string]bool // canonical header names
-	fpOpts       []fingerprint.Option
-	formExclude  map[string]bool
+	exclude      []string        // JSON Pointers, for fingerprint.HTTP
 	docsURL      string
 	log          *slog.Logger
 }
@@ -242,14 +242,8 @@ func newConfig(opts *Options) (*config, error) {
 		}
 		c.allow[name] = true
 	}
-	c.formExclude = map[string]bool{}
-	for _, p := range o.Exclude {
-		c.fpOpts = append(c.fpOpts, fingerprint.Exclude(p))
-		if name, ok := strings.CutPrefix(p, "/"); ok && !strings.Contains(name, "/") {
-			c.formExclude[unescapePointerToken(name)] = true
-		}
-	}
-	if _, err := fingerprint.Canonicalize([]byte("{}"), c.fpOpts...); err != nil {
+	c.exclude = slices.Clone(o.Exclude)
+	if _, err := fingerprint.HTTP(fingerprint.Request{}, c.exclude); err != nil {
 		bad("Exclude", "%v", err)
 	}
 	if len(errs) > 0 {

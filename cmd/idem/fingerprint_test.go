@@ -46,6 +46,18 @@ func TestFingerprintCommand(t *testing.T) {
 		{name: "bad pointer", args: []string{"--exclude", "request_id"}, stdin: `{}`, code: 2, stderrHas: `invalid JSON pointer "request_id"`},
 		{name: "bad flag", args: []string{"--bogus"}, code: 2, stderrHas: "flag provided but not defined"},
 		{name: "two files", args: []string{file, file}, code: 2, stderrHas: "at most one FILE"},
+		{name: "number kept exact", stdin: `{"to_account":9007199254740993}`, stdout: "{\"to_account\":9007199254740993}\n",
+			stderrHas: "note: /to_account: 9007199254740993 kept exact; RFC 8785 would write 9007199254740992"},
+		{name: "number beyond float64", stdin: `1e400`, stdout: "1e+400\n", stderrHas: "note: (the document): 1e+400 kept exact; RFC 8785 has no form for it"},
+		{name: "http", args: []string{"--http", "POST", "/charges?x=1"}, stdin: `{"b":1,"a":2}`,
+			stdout: "idemhttp/v1\nPOST\n/charges\nx=1\njcs-sha256:", stdoutHas: "\nhttp-sha256:", stderrNone: true},
+		{name: "http exact number", args: []string{"--http", "POST", "/p"}, stdin: `{"to":9007199254740993}`, stdoutHas: "\nhttp-sha256:", stderrHas: "note: /to: 9007199254740993 kept exact"},
+		{name: "http body not JSON", args: []string{"--http", "POST", "/p"}, stdin: `{"a":1,"a":2}`, code: 2, stderrHas: "Content-Type is application/json but the body is not JSON (the gateway answers 400)"},
+		{name: "http without path", args: []string{"--http", "POST"}, code: 2, stderrHas: "--http needs METHOD and PATH"},
+		{name: "http bad path", args: []string{"--http", "POST", "charges"}, code: 2, stderrHas: "want a request target"},
+		{name: "http two files", args: []string{"--http", "POST", "/p", file, file}, code: 2, stderrHas: "at most one FILE"},
+		{name: "http with nfc", args: []string{"--http", "--nfc", "POST", "/p"}, code: 2, stderrHas: "--http takes only --exclude and --content-type"},
+		{name: "content type without http", args: []string{"--content-type", "application/json"}, code: 2, stderrHas: "--content-type needs --http"},
 		{name: "help", args: []string{"--help"}, code: 0, stdoutHas: "Usage: idem fingerprint", stderrNone: true},
 	}
 	for _, tt := range tests {
