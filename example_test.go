@@ -11,6 +11,8 @@ import (
 
 	"github.com/idemdev/idem"
 	"github.com/idemdev/idem/dburl"
+	"github.com/idemdev/idem/driver/sqlite"
+	_ "modernc.org/sqlite"
 )
 
 // Do runs a function at most once per key; a retry gets the stored result.
@@ -24,7 +26,14 @@ func ExampleLedger_Do() {
 	defer os.RemoveAll(dir)
 
 	ctx := context.Background()
-	l, err := dburl.Open(ctx, "sqlite:"+filepath.Join(dir, "idem.db"), nil)
+	// The application's own pool (modernc.org/sqlite, pure Go); idem keeps
+	// one of its connections for its writes and leaves the pool open.
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "idem.db")+"?_txlock=immediate&_pragma=busy_timeout(10000)")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	l, err := idem.New(ctx, sqlite.New(db, nil), nil)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -14,7 +14,11 @@
 // or a pgx.Tx on the postgres driver), so a business write and idem's
 // record commit together.
 //
-//	l, err := idem.New(ctx, postgres.New(pool, nil), nil) // the application's *pgxpool.Pool
+//	pool, err := pgxpool.New(ctx, "postgres://app@db1/shop") // or the pool the application has
+//	if err != nil {
+//		return err
+//	}
+//	l, err := idem.New(ctx, postgres.New(pool, nil), nil)
 //	if err != nil {
 //		return err
 //	}
