@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemdev/idem/internal/crashpoint"
 	"github.com/idemdev/idem/jobs"
 )
 
@@ -46,7 +47,7 @@ func stressFromEnv(t *testing.T) stressParams {
 	return p
 }
 
-var crashPoints = []string{jobs.CrashAfterClaim, jobs.CrashBeforeCommit, jobs.CrashAfterCommit}
+var crashPoints = []string{crashpoint.JobAfterClaim, crashpoint.JobBeforeCommit, crashpoint.JobAfterCommit}
 
 // TestWorkersKilled runs worker processes over one queue while killing
 // them: at named crash points (after claim, after the effect before its
