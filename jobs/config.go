@@ -9,8 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
-	"unicode"
-	"unicode/utf8"
+
+	"github.com/idemdev/idem/internal/printable"
 )
 
 // Defaults for a zero Config field.
@@ -170,18 +170,8 @@ func checkQueueName(q string) error {
 
 // checkText bounds kinds and unique keys.
 func checkText(field, s string, maxLen int) error {
-	switch {
-	case s == "":
-		return inputErr(field, "must not be empty")
-	case len(s) > maxLen:
-		return inputErr(field, "is %d bytes, longer than %d", len(s), maxLen)
-	case !utf8.ValidString(s):
-		return inputErr(field, "is not valid UTF-8")
-	}
-	for i, r := range s {
-		if unicode.IsControl(r) {
-			return inputErr(field, "has a control character %U at byte %d", r, i)
-		}
+	if err := printable.Check(s, 1, maxLen); err != nil {
+		return inputErr(field, "%v", err)
 	}
 	return nil
 }
