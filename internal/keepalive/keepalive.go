@@ -14,8 +14,9 @@
 // Either way the loop stops; the holder should cancel its work, since its
 // fenced writes will be refused anyway. Heartbeats that fail for less than
 // a lease (a slow or briefly unreachable database) are retried at the next
-// tick. Each heartbeat is cut off at the next tick, and never runs past the
-// end of the lease, so a hung call cannot hide a lost lease.
+// tick. A heartbeat may take longer than a tick (ticks are skipped
+// meanwhile), but it is cut off when the lease ends, so a hung call cannot
+// hide a lost lease.
 package keepalive
 
 import (
@@ -38,8 +39,9 @@ type Config struct {
 	// Granted is when the lease was last known to be granted: when the
 	// claim that took it was sent. Zero means when Start is called.
 	Granted time.Time
-	// Heartbeat extends the lease. Its context ends at the next tick, at
-	// the end of the lease, or when the loop stops.
+	// Heartbeat extends the lease. Its context ends when the lease does
+	// (counting from the last heartbeat that succeeded), or when the loop
+	// stops.
 	Heartbeat func(ctx context.Context) error
 	// Fenced reports whether a heartbeat's error means the lease was taken
 	// over. Nil means no error does.
@@ -75,11 +77,10 @@ func Start(ctx context.Context, cfg Config) (stop func()) {
 			case <-t.C:
 			}
 			sent := time.Now()
-			deadline := sent.Add(every)
-			if end := granted.Add(cfg.Lease); end.Before(deadline) {
-				deadline = end
-			}
-			callCtx, callCancel := context.WithDeadline(ctx, deadline)
+			// A slow heartbeat still extends the lease when it lands, until
+			// the lease has ended: then it is no use, and waiting longer
+			// would hide the loss.
+			callCtx, callCancel := context.WithDeadline(ctx, granted.Add(cfg.Lease))
 			err := cfg.Heartbeat(callCtx)
 			callCancel()
 			switch {

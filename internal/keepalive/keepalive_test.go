@@ -228,3 +228,24 @@ func TestContextEndsTheLoop(t *testing.T) {
 		}
 	})
 }
+
+// A heartbeat slower than a tick, but within the lease, still renews it:
+// the loop waits for it rather than cutting it off.
+func TestSlowHeartbeatStillCounts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fake{answer: func(ctx context.Context) error {
+			select {
+			case <-time.After(lease / 2):
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}}
+		stop := f.start(t.Context(), time.Time{})
+		time.Sleep(10 * lease)
+		stop()
+		if beats, lost, failed := f.counts(); beats < 10 || lost != 0 || failed != 0 {
+			t.Fatalf("%d heartbeats, %d losses, %d failures in 10 leases; want ≥10, 0, 0", beats, lost, failed)
+		}
+	})
+}
