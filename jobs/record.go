@@ -38,8 +38,9 @@ type Record struct {
 	Errors []AttemptError
 	// Result is what the handler recorded with SetResult, once completed.
 	Result []byte
-	// Worker is the id of the client that claimed it last.
-	Worker      string
+	// ClaimedBy is the ID (Config.ID) of the client that claimed the job
+	// last; empty until it is first claimed.
+	ClaimedBy   string
 	LeaseUntil  time.Time // zero unless running
 	CreatedAt   time.Time
 	AttemptedAt time.Time // zero until first claimed
@@ -57,7 +58,7 @@ func recordFrom(r driver.JobRow) *Record {
 	rec := &Record{
 		ID: r.ID, Queue: r.Queue, Kind: r.Kind, Args: r.Args, State: State(r.State),
 		Attempt: r.Attempt, MaxAttempts: r.MaxAttempts, RunAt: r.RunAt, UniqueKey: r.UniqueKey,
-		Result: r.Result, Worker: r.Worker, LeaseUntil: r.LeaseUntil, CreatedAt: r.CreatedAt,
+		Result: r.Result, ClaimedBy: r.Worker, LeaseUntil: r.LeaseUntil, CreatedAt: r.CreatedAt,
 		AttemptedAt: r.AttemptedAt, FinalizedAt: r.FinalizedAt,
 	}
 	for _, e := range r.Errors {
