@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/internal/crashpoint"
+	"github.com/idemdev/idem/internal/keepalive"
 )
 
 // Func is the work Do runs once. It writes its local effect with tx; what
@@ -16,7 +17,9 @@ import (
 // error releases the key for a retry, unless wrapped with Permanent, which
 // records a failure that is replayed instead.
 //
-// ctx is cancelled if the claim's lease is lost while Func runs.
+// ctx is cancelled, with the cause ErrLeaseLost, once the claim's lease
+// is lost or can no longer be trusted (no heartbeat got through for a whole
+// lease; see docs/contract.md, "Keep-alive").
 type Func func(ctx context.Context, tx *sql.Tx) ([]byte, error)
 
 // Do runs fn at most once for op, and returns its result; retries get the
@@ -127,35 +130,18 @@ func (l *Ledger) run(ctx context.Context, c *Claim, fn Func) (res Result, err er
 	return r, nil
 }
 
-// keepAlive heartbeats c every third of its lease until stopped, and
-// cancels the work with ErrLeaseLost if the lease is lost.
+// keepAlive heartbeats c while fn runs (see internal/keepalive), and
+// cancels the work with ErrLeaseLost once the lease is lost or can no
+// longer be trusted.
 func (l *Ledger) keepAlive(ctx context.Context, c *Claim, cancel context.CancelCauseFunc) (stop func()) {
-	hbCtx, hbCancel := context.WithCancel(ctx)
-	finished := make(chan struct{})
-	every := max(c.Op.Lease/3, time.Millisecond)
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-hbCtx.Done():
-				return
-			case <-t.C:
-				// On SQLite this waits for the writer that fn's transaction
-				// holds; stop cancels the wait.
-				err := l.Heartbeat(hbCtx, c)
-				if errors.Is(err, ErrLeaseLost) {
-					cancel(ErrLeaseLost)
-					return
-				}
-			}
-		}
-	}()
-	return func() {
-		hbCancel()
-		<-finished
-	}
+	return keepalive.Start(ctx, keepalive.Config{
+		Lease: c.Op.Lease,
+		// On SQLite a heartbeat waits for the writer that fn's transaction
+		// holds; stop cancels the wait.
+		Heartbeat: func(ctx context.Context) error { return l.Heartbeat(ctx, c) },
+		Fenced:    func(err error) bool { return errors.Is(err, ErrLeaseLost) },
+		Lost:      func(error) { cancel(ErrLeaseLost) },
+	})
 }
 
 func (l *Ledger) releaseQuietly(ctx context.Context, c *Claim) {

@@ -3,8 +3,8 @@ package idem
 import (
 	"fmt"
 	"time"
-	"unicode"
-	"unicode/utf8"
+
+	"github.com/idemdev/idem/internal/printable"
 )
 
 // Input bounds. Every input is checked before any database access.
@@ -76,18 +76,8 @@ func (l *Ledger) withDefaults(op Op) (Op, error) {
 }
 
 func checkText(field, s string, minLen, maxLen int) error {
-	switch {
-	case len(s) < minLen:
-		return &InputError{Field: field, Reason: "must not be empty"}
-	case len(s) > maxLen:
-		return &InputError{Field: field, Reason: fmt.Sprintf("is %d bytes, longer than %d", len(s), maxLen)}
-	case !utf8.ValidString(s):
-		return &InputError{Field: field, Reason: "is not valid UTF-8"}
-	}
-	for i, r := range s {
-		if unicode.IsControl(r) {
-			return &InputError{Field: field, Reason: fmt.Sprintf("has a control character %U at byte %d", r, i)}
-		}
+	if err := printable.Check(s, minLen, maxLen); err != nil {
+		return &InputError{Field: field, Reason: err.Error()}
 	}
 	return nil
 }

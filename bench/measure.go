@@ -233,8 +233,6 @@ const (
 
 var logGrowth = math.Log(histGrowth)
 
-func (h *hist) add(d time.Duration) { h.addN(d, 1) }
-
 // addN records n operations that each took d (a batch's jobs).
 func (h *hist) addN(d time.Duration, n int) {
 	us := float64(d) / float64(time.Microsecond)

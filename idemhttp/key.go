@@ -4,10 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/internal/printable"
 )
 
 // ErrInvalidKey is matched by every error ParseKey returns.
@@ -89,18 +88,8 @@ func parseSFString(v string) (string, error) {
 // checkBodyKey checks a key taken from a request body (JSON or form): 1 to
 // 255 bytes of UTF-8 without control characters, the ledger's own rule.
 func checkBodyKey(k string) error {
-	switch {
-	case k == "":
-		return keyError("is empty")
-	case len(k) > idem.MaxKeyLen:
-		return keyError(fmt.Sprintf("is %d bytes, longer than %d", len(k), idem.MaxKeyLen))
-	case !utf8.ValidString(k):
-		return keyError("is not valid UTF-8")
-	}
-	for i, r := range k {
-		if unicode.IsControl(r) {
-			return keyError(fmt.Sprintf("has a control character %U at byte %d", r, i))
-		}
+	if err := printable.Check(k, 1, idem.MaxKeyLen); err != nil {
+		return keyError(err.Error())
 	}
 	return nil
 }

@@ -8,11 +8,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/idemdev/idem"
 	"github.com/idemdev/idem/internal/crashpoint"
+	"github.com/idemdev/idem/internal/keepalive"
 )
 
 // serveLease is the lease-bound mode: claim, run the handler under a
@@ -124,31 +124,15 @@ func (g *guard) complete(ctx context.Context, tx *sql.Tx, c *idem.Claim, res ide
 	return g.l.Complete(ctx, c, res)
 }
 
-// keepAlive heartbeats c every third of its lease until stopped, and
-// cancels the handler's context with idem.ErrLeaseLost if the lease is
-// lost (the process paused past its lease and another took the key).
+// keepAlive heartbeats c while the handler runs (see internal/keepalive),
+// and cancels the handler's context with idem.ErrLeaseLost once the lease
+// is lost (the process paused past its lease and another took the key) or
+// can no longer be trusted (no heartbeat got through for a whole lease).
 func (g *guard) keepAlive(ctx context.Context, c *idem.Claim, lost context.CancelCauseFunc) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(max(c.Op.Lease/3, time.Millisecond))
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				err := g.l.Heartbeat(ctx, c)
-				if errors.Is(err, idem.ErrLeaseLost) {
-					lost(fmt.Errorf("idemhttp: %w", idem.ErrLeaseLost))
-					return
-				}
-			}
-		}
-	}()
-	return sync.OnceFunc(func() {
-		cancel()
-		<-done
+	return keepalive.Start(ctx, keepalive.Config{
+		Lease:     c.Op.Lease,
+		Heartbeat: func(ctx context.Context) error { return g.l.Heartbeat(ctx, c) },
+		Fenced:    func(err error) bool { return errors.Is(err, idem.ErrLeaseLost) },
+		Lost:      func(error) { lost(fmt.Errorf("idemhttp: %w", idem.ErrLeaseLost)) },
 	})
 }

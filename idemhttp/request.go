@@ -7,10 +7,9 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/internal/printable"
 )
 
 // prepared is what the ledger needs from a guarded request, gathered
@@ -122,16 +121,8 @@ func (c *config) readBody(r *http.Request) ([]byte, *Problem) {
 }
 
 func checkScope(s string) error {
-	switch {
-	case len(s) > idem.MaxScopeLen:
-		return fmt.Errorf("the scope is %d bytes, longer than %d", len(s), idem.MaxScopeLen)
-	case !utf8.ValidString(s):
-		return errors.New("the scope is not valid UTF-8")
-	}
-	for _, r := range s {
-		if unicode.IsControl(r) {
-			return errors.New("the scope has a control character")
-		}
+	if err := printable.Check(s, 0, idem.MaxScopeLen); err != nil {
+		return fmt.Errorf("the scope %w", err)
 	}
 	return nil
 }

@@ -31,9 +31,9 @@ type JobRow struct {
 	// with Attempt.
 	LeaseID    int64
 	LeaseUntil time.Time // zero unless running
-	// Worker is the id of the client that claimed it last; kept after the
-	// run for inspection.
-	Worker    string
+	// ClaimedBy is the ID (jobs.Config.ID) of the client that claimed the
+	// job last; empty until it is first claimed, kept after the run.
+	ClaimedBy string
 	RunAt     time.Time // when the job becomes (or became) claimable
 	UniqueKey string
 	// Errors lists failed attempts, oldest first, including leases that

@@ -10,11 +10,10 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/idemdev/idem"
 	"github.com/idemdev/idem/driver"
+	"github.com/idemdev/idem/internal/printable"
 )
 
 // Bounds on the names a message is recorded under.
@@ -201,18 +200,8 @@ func checkNames(source, id string) error {
 }
 
 func checkText(field, s string, maxLen int) error {
-	switch {
-	case s == "":
-		return &idem.InputError{Field: field, Reason: "must not be empty"}
-	case len(s) > maxLen:
-		return &idem.InputError{Field: field, Reason: fmt.Sprintf("is %d bytes, longer than %d", len(s), maxLen)}
-	case !utf8.ValidString(s):
-		return &idem.InputError{Field: field, Reason: "is not valid UTF-8"}
-	}
-	for i, r := range s {
-		if unicode.IsControl(r) {
-			return &idem.InputError{Field: field, Reason: fmt.Sprintf("has a control character %U at byte %d", r, i)}
-		}
+	if err := printable.Check(s, 1, maxLen); err != nil {
+		return &idem.InputError{Field: field, Reason: err.Error()}
 	}
 	return nil
 }

@@ -9,32 +9,41 @@ import (
 	"slices"
 	"strconv"
 	"time"
-	"unicode"
-	"unicode/utf8"
+
+	"github.com/idemdev/idem/internal/printable"
 )
 
-// Defaults for a zero Config field.
-const (
-	DefaultQueue         = "default"
-	DefaultMaxWorkers    = 10
-	DefaultLease         = 30 * time.Second
-	DefaultMaxAttempts   = 25
-	DefaultPollInterval  = time.Second
-	DefaultFetchCooldown = 2 * time.Millisecond
-	DefaultRetention     = 24 * time.Hour
-	DefaultMaxArgsBytes  = 1 << 20
-)
+// DefaultQueue is the queue of jobs enqueued without one.
+const DefaultQueue = "default"
 
-// Bounds, checked by New and Enqueue.
+// DefaultMaxAttempts is a job's attempt limit when neither Config nor
+// EnqueueOpts sets one.
+const DefaultMaxAttempts = 25
+
+// Bounds checked by New and Enqueue: Config.Lease is at least MinLease; an
+// attempt limit (Config.MaxAttempts, EnqueueOpts.MaxAttempts) is at most
+// MaxAttemptLimit.
 const (
 	MinLease        = 100 * time.Millisecond
-	MaxLease        = 24 * time.Hour
 	MaxAttemptLimit = 1000
-	MaxArgsLimit    = 64 << 20
-	MaxQueueLen     = 64  // bytes: letters, digits, '_', '-', '.'
-	MaxKindLen      = 128 // bytes of UTF-8 without control characters
-	MaxUniqueKeyLen = 255 // bytes of UTF-8 without control characters
-	MaxDelay        = 10 * 366 * 24 * time.Hour
+)
+
+// The other defaults and bounds, documented on the Config and EnqueueOpts
+// fields they apply to.
+const (
+	defaultMaxWorkers    = 10
+	defaultLease         = 30 * time.Second
+	defaultPollInterval  = time.Second
+	defaultFetchCooldown = 2 * time.Millisecond
+	defaultRetention     = 24 * time.Hour
+	defaultMaxArgsBytes  = 1 << 20
+
+	maxLease        = 24 * time.Hour
+	maxArgsLimit    = 64 << 20
+	maxQueueLen     = 64  // bytes: letters, digits, '_', '-', '.'
+	maxKindLen      = 128 // bytes of UTF-8 without control characters
+	maxUniqueKeyLen = 255 // bytes of UTF-8 without control characters
+	maxDelay        = 10 * 366 * 24 * time.Hour
 )
 
 // Config configures a Client. A nil *Config means all defaults.
@@ -103,19 +112,19 @@ func (cfg *Config) withDefaults() (Config, error) {
 		c = *cfg
 	}
 	if c.Queues == nil {
-		c.Queues = map[string]QueueConfig{DefaultQueue: {MaxWorkers: DefaultMaxWorkers}}
+		c.Queues = map[string]QueueConfig{DefaultQueue: {MaxWorkers: defaultMaxWorkers}}
 	} else {
 		c.Queues = maps.Clone(c.Queues)
 	}
-	c.Lease = cmp.Or(c.Lease, DefaultLease)
+	c.Lease = cmp.Or(c.Lease, defaultLease)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, DefaultMaxAttempts)
 	if c.Backoff == nil {
 		c.Backoff = DefaultBackoff
 	}
-	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
-	c.FetchCooldown = cmp.Or(c.FetchCooldown, min(DefaultFetchCooldown, c.PollInterval))
-	c.Retention = cmp.Or(c.Retention, DefaultRetention)
-	c.MaxArgsBytes = cmp.Or(c.MaxArgsBytes, DefaultMaxArgsBytes)
+	c.PollInterval = cmp.Or(c.PollInterval, defaultPollInterval)
+	c.FetchCooldown = cmp.Or(c.FetchCooldown, min(defaultFetchCooldown, c.PollInterval))
+	c.Retention = cmp.Or(c.Retention, defaultRetention)
+	c.MaxArgsBytes = cmp.Or(c.MaxArgsBytes, defaultMaxArgsBytes)
 	c.Logger = cmp.Or(c.Logger, slog.Default())
 	if c.Metrics == nil {
 		c.Metrics = noMetrics{}
@@ -136,8 +145,8 @@ func (cfg *Config) withDefaults() (Config, error) {
 		}
 	}
 	switch {
-	case c.Lease < MinLease || c.Lease > MaxLease:
-		return c, inputErr("lease", "%v is outside [%v, %v]", c.Lease, MinLease, MaxLease)
+	case c.Lease < MinLease || c.Lease > maxLease:
+		return c, inputErr("lease", "%v is outside [%v, %v]", c.Lease, MinLease, maxLease)
 	case c.MaxAttempts < 1 || c.MaxAttempts > MaxAttemptLimit:
 		return c, inputErr("max attempts", "%d is outside [1, %d]", c.MaxAttempts, MaxAttemptLimit)
 	case c.PollInterval < time.Millisecond || c.PollInterval > time.Hour:
@@ -148,8 +157,8 @@ func (cfg *Config) withDefaults() (Config, error) {
 		return c, inputErr("job timeout", "%v must not be negative", c.JobTimeout)
 	case c.Retention < -1:
 		return c, inputErr("retention", "%v must be positive, or -1 to keep completed jobs forever", c.Retention)
-	case c.MaxArgsBytes < 1 || c.MaxArgsBytes > MaxArgsLimit:
-		return c, inputErr("max args bytes", "%d is outside [1, %d]", c.MaxArgsBytes, MaxArgsLimit)
+	case c.MaxArgsBytes < 1 || c.MaxArgsBytes > maxArgsLimit:
+		return c, inputErr("max args bytes", "%d is outside [1, %d]", c.MaxArgsBytes, maxArgsLimit)
 	}
 	return c, nil
 }
@@ -157,8 +166,8 @@ func (cfg *Config) withDefaults() (Config, error) {
 // checkQueueName: queue names travel in NOTIFY payloads and log lines, so
 // they are short and plain.
 func checkQueueName(q string) error {
-	if q == "" || len(q) > MaxQueueLen {
-		return inputErr("queue", "%q must be 1 to %d bytes", q, MaxQueueLen)
+	if q == "" || len(q) > maxQueueLen {
+		return inputErr("queue", "%q must be 1 to %d bytes", q, maxQueueLen)
 	}
 	for _, r := range q {
 		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-' || r == '.') {
@@ -170,18 +179,8 @@ func checkQueueName(q string) error {
 
 // checkText bounds kinds and unique keys.
 func checkText(field, s string, maxLen int) error {
-	switch {
-	case s == "":
-		return inputErr(field, "must not be empty")
-	case len(s) > maxLen:
-		return inputErr(field, "is %d bytes, longer than %d", len(s), maxLen)
-	case !utf8.ValidString(s):
-		return inputErr(field, "is not valid UTF-8")
-	}
-	for i, r := range s {
-		if unicode.IsControl(r) {
-			return inputErr(field, "has a control character %U at byte %d", r, i)
-		}
+	if err := printable.Check(s, 1, maxLen); err != nil {
+		return inputErr(field, "%v", err)
 	}
 	return nil
 }

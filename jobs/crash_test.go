@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemdev/idem/idemtype"
+	"github.com/idemdev/idem/internal/crashpoint"
 	"github.com/idemdev/idem/jobs"
 )
 
@@ -47,7 +48,7 @@ func stressFromEnv(t *testing.T) stressParams {
 	return p
 }
 
-var crashPoints = []string{jobs.CrashAfterClaim, jobs.CrashBeforeCommit, jobs.CrashAfterCommit}
+var crashPoints = []string{crashpoint.JobAfterClaim, crashpoint.JobBeforeCommit, crashpoint.JobAfterCommit}
 
 // TestWorkersKilled runs worker processes over one queue while killing
 // them: at named crash points (after claim, after the effect before its

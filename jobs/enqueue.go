@@ -159,22 +159,22 @@ func (c *Client) prepare(p EnqueueParams) (driver.JobInsert, error) {
 		return driver.JobInsert{}, err
 	}
 	kind := p.Args.Kind()
-	if err := checkText("kind", kind, MaxKindLen); err != nil {
+	if err := checkText("kind", kind, maxKindLen); err != nil {
 		return driver.JobInsert{}, err
 	}
 	if c.cfg.Workers != nil && !c.cfg.Workers.has(kind) {
 		return driver.JobInsert{}, inputErr("kind", "%q has no worker in Config.Workers", kind)
 	}
 	if o.UniqueKey != "" {
-		if err := checkText("unique key", o.UniqueKey, MaxUniqueKeyLen); err != nil {
+		if err := checkText("unique key", o.UniqueKey, maxUniqueKeyLen); err != nil {
 			return driver.JobInsert{}, err
 		}
 	}
 	switch {
 	case o.Delay < 0:
 		return driver.JobInsert{}, inputErr("delay", "%v must not be negative", o.Delay)
-	case o.Delay > MaxDelay:
-		return driver.JobInsert{}, inputErr("delay", "%v is longer than %v", o.Delay, MaxDelay)
+	case o.Delay > maxDelay:
+		return driver.JobInsert{}, inputErr("delay", "%v is longer than %v", o.Delay, maxDelay)
 	case o.Delay != 0 && !o.RunAt.IsZero():
 		return driver.JobInsert{}, inputErr("delay", "set together with RunAt; set one")
 	case o.MaxAttempts < 0 || o.MaxAttempts > MaxAttemptLimit:

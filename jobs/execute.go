@@ -45,7 +45,7 @@ func (ex *execution) execute() {
 	defer done()
 	switch {
 	case err == nil:
-		crashpoint.Hit(CrashAfterCommit)
+		crashpoint.Hit(crashpoint.JobAfterCommit)
 		if ex.completedTx.Load() {
 			ex.confirm(bg)
 			return

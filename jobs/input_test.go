@@ -22,7 +22,6 @@ func TestBadInput(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		type unregistered struct{ testArgs }
 		cases := []struct {
 			name string
 			args jobs.Args

@@ -63,7 +63,7 @@ func (j *Job[T]) CompleteTx(ctx context.Context, tx idem.Tx) error {
 		return fmt.Errorf("jobs: complete job %d: %w", ex.rec.ID, err)
 	}
 	ex.completedTx.Store(true)
-	crashpoint.Hit(CrashBeforeCommit)
+	crashpoint.Hit(crashpoint.JobBeforeCommit)
 	return nil
 }
 

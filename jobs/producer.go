@@ -78,7 +78,7 @@ func (p *producer) run(stop <-chan struct{}) {
 			continue
 		}
 		for _, r := range rows {
-			crashpoint.Hit(CrashAfterClaim)
+			crashpoint.Hit(crashpoint.JobAfterClaim)
 			p.start(r, sent)
 		}
 		if len(rows) > 0 {

@@ -49,7 +49,7 @@ func AddWorker[T Args](ws *Workers, w Worker[T]) {
 // AddWorkerKind registers w for kind, for Raw jobs and for types whose zero
 // value has no kind. It panics if kind is empty or already registered.
 func AddWorkerKind[T Args](ws *Workers, kind string, w Worker[T]) {
-	if err := checkText("kind", kind, MaxKindLen); err != nil {
+	if err := checkText("kind", kind, maxKindLen); err != nil {
 		panic(fmt.Sprintf("jobs: AddWorker: %v (define Kind on a value receiver, or use AddWorkerKind)", err))
 	}
 	if _, dup := ws.byKind[kind]; dup {

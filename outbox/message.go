@@ -9,9 +9,9 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"unicode"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/internal/printable"
 )
 
 // Limits on a message, checked by Add before anything is written.
@@ -82,7 +82,7 @@ func (m Message) deliveries(defaultChunk int) ([]delivery, string, error) {
 		rand.Read(b[:])
 		id = hex.EncodeToString(b[:])
 	}
-	if len(id) > MaxIDLen || strings.ContainsRune(id, '/') || strings.ContainsFunc(id, unicode.IsControl) {
+	if printable.Check(id, 1, MaxIDLen) != nil || strings.ContainsRune(id, '/') {
 		return nil, "", inputErr("message id", "%q must be at most %d bytes, without '/' or control characters", id, MaxIDLen)
 	}
 	u, err := url.Parse(m.URL)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemdev/idem"
 	"github.com/idemdev/idem/idemtype"
+	"github.com/idemdev/idem/internal/crashpoint"
 	"github.com/idemdev/idem/jobs"
 )
 
@@ -49,7 +50,7 @@ func runDoubleEnqueue(ctx context.Context, t *trial) error {
 	startWorker := func(armed bool) error {
 		crash := ""
 		if armed {
-			points := []string{jobs.CrashAfterClaim, jobs.CrashBeforeCommit, jobs.CrashAfterCommit}
+			points := []string{crashpoint.JobAfterClaim, crashpoint.JobBeforeCommit, crashpoint.JobAfterCommit}
 			crash = fmt.Sprintf("%s:%d", points[t.intN(len(points))], 1+t.intN(3))
 		}
 		p, err := t.start(ctx, work, crash)

@@ -57,9 +57,13 @@ func runPausePastLease(ctx context.Context, t *trial) error {
 		errs = append(errs, p.wait(ctx, false))
 	}
 	if !t.r.cfg.NoGuard {
+		// The finishers may add fenced attempts of their own: a loaded
+		// machine can keep their heartbeats out for a whole lease, and
+		// their keep-alive then gives the lease up (they retry). A holder's
+		// write that was not fenced shows as a second effect.
 		t.counts = func(r *Result) {
-			if r.Fenced != held {
-				t.fail("%d of the %d writes of paused holders were fenced, want all", r.Fenced, held)
+			if r.Fenced < held {
+				t.fail("%d fenced writes, fewer than the %d of paused holders: want all of theirs", r.Fenced, held)
 			}
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"io"
 	"os"
 	"sync"
+
+	"github.com/idemdev/idem/internal/crashpoint"
 )
 
 // WorkerEnv marks a process as a prover worker. The parent sets it to "1"
@@ -15,6 +17,16 @@ const WorkerEnv = "IDEM_PROVE_WORKER"
 
 // IsWorker reports whether this process was started as a prover worker.
 func IsWorker() bool { return os.Getenv(WorkerEnv) == "1" }
+
+// ArmCrashPoints arms the crash points that IDEM_CRASHPOINT names, if this
+// process was started by the prover (IsWorker): a worker or a gateway.
+// The prover's binary calls it first thing; in any other process crash
+// points stay disarmed, whatever the environment says.
+func ArmCrashPoints() {
+	if IsWorker() {
+		crashpoint.ArmFromEnv()
+	}
+}
 
 // Worker roles.
 const (

@@ -30,6 +30,7 @@ import (
 // line. It returns the process's exit code. It is what the hidden `idem
 // prove-worker` command runs, and what a test binary runs when IsWorker.
 func WorkerMain(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) int {
+	crashpoint.ArmFromEnv()
 	out := newEmitter(stdout)
 	in := bufio.NewReaderSize(stdin, 1<<16)
 	line, err := in.ReadBytes('\n')

@@ -405,7 +405,7 @@ func jobNote(r *idemtype.JobRow, now time.Time, n int) string {
 		}
 	case idemtype.JobRunning:
 		if r.LeaseUntil.After(now) {
-			s = "held by " + r.Worker + ", lease ends " + ago(r.LeaseUntil, now)
+			s = "held by " + r.ClaimedBy + ", lease ends " + ago(r.LeaseUntil, now)
 		} else {
 			s = "lease ended " + past(r.LeaseUntil, now) + ": the next claim on its queue takes it back"
 		}
@@ -470,7 +470,7 @@ func toBlobJSON(b []byte, n int) *blobJSON {
 func toJobJSON(r *idemtype.JobRow, full bool, previewBytes int) jobJSON {
 	out := jobJSON{
 		ID: r.ID, Queue: r.Queue, Kind: r.Kind, State: r.State, Attempt: r.Attempt, MaxAttempts: r.MaxAttempts,
-		UniqueKey: r.UniqueKey, Worker: r.Worker, RunAt: jsonTime(r.RunAt), LeaseUntil: jsonTime(r.LeaseUntil),
+		UniqueKey: r.UniqueKey, Worker: r.ClaimedBy, RunAt: jsonTime(r.RunAt), LeaseUntil: jsonTime(r.LeaseUntil),
 		CreatedAt: jsonTime(r.CreatedAt), AttemptedAt: jsonTime(r.AttemptedAt), FinalizedAt: jsonTime(r.FinalizedAt),
 	}
 	if n := len(r.Errors); n > 0 {
@@ -501,8 +501,8 @@ func printJob(w io.Writer, r *idemtype.JobRow, previewBytes int) error {
 		t.row("unique key:", printable(r.UniqueKey))
 	}
 	t.row("run at:", timeText(r.RunAt))
-	if r.Worker != "" {
-		t.row("worker:", printable(r.Worker)+" (the last to claim it)")
+	if r.ClaimedBy != "" {
+		t.row("worker:", printable(r.ClaimedBy)+" (the last to claim it)")
 	}
 	if r.State == idemtype.JobRunning {
 		t.row("lease until:", timeText(r.LeaseUntil)+" ("+ago(r.LeaseUntil, now)+")")

@@ -15,6 +15,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/idemdev/idem/prove"
 )
 
 // command is one subcommand of idem.
@@ -37,6 +39,8 @@ func register(c command) {
 }
 
 func main() {
+	// Crash points stay disarmed unless idem prove started this process.
+	prove.ArmCrashPoints()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := dispatch(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemdev/idem/internal/crashpoint"
+	"github.com/idemdev/idem/prove"
 )
 
 func eachServeDriver(t *testing.T, fn func(t *testing.T, driver string)) {
@@ -115,7 +116,8 @@ func TestServeCrashAfterUpstreamAnswered(t *testing.T) {
 		up := newExecUpstream(true, 0)
 		upURL, db := upstreamServer(t, up), testDB(t, driver)
 		args := []string{"--upstream", upURL, "--db", db, "--lease", "1s"}
-		first := startGateway(t, []string{crashpoint.EnvVar + "=" + crashpoint.AfterCall}, args...)
+		// As idem prove starts it: only the prover's processes arm crash points.
+		first := startGateway(t, []string{prove.WorkerEnv + "=1", crashpoint.EnvVar + "=" + crashpoint.AfterCall}, args...)
 		noReuse := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
 		if a, err := send(context.Background(), noReuse, first.url+"/charges", `{"amount":5}`, "Idempotency-Key: crash"); err == nil {
 			t.Fatalf("the client got %d %q from a gateway that should have died", a.status, a.body)

@@ -49,7 +49,7 @@ func scanJob(s scanner) (idemtype.JobRow, error) {
 		leaseUntil, attemptedAt, finalizedAt sql.NullTime
 	)
 	err := s.Scan(&j.ID, &j.Queue, &j.Kind, &j.Args, &state, &j.Attempt, &j.MaxAttempts, &j.LeaseID, &leaseUntil,
-		&j.Worker, &j.RunAt, &key, &errs, &j.Result, &j.CreatedAt, &j.UpdatedAt, &attemptedAt, &finalizedAt, &j.Now)
+		&j.ClaimedBy, &j.RunAt, &key, &errs, &j.Result, &j.CreatedAt, &j.UpdatedAt, &attemptedAt, &finalizedAt, &j.Now)
 	if err != nil {
 		return j, err
 	}

@@ -26,7 +26,7 @@ func scanJob(s scanner, now int64) (idemtype.JobRow, error) {
 		runAt, createdAt, updatedAt          int64
 	)
 	err := s.Scan(&j.ID, &j.Queue, &j.Kind, &j.Args, &state, &j.Attempt, &j.MaxAttempts, &j.LeaseID, &leaseUntil,
-		&j.Worker, &runAt, &key, &errs, &j.Result, &createdAt, &updatedAt, &attemptedAt, &finalizedAt)
+		&j.ClaimedBy, &runAt, &key, &errs, &j.Result, &createdAt, &updatedAt, &attemptedAt, &finalizedAt)
 	if err != nil {
 		return j, err
 	}

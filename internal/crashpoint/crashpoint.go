@@ -2,8 +2,18 @@
 // the process die as hard as a power cut to the process can: SIGKILL, with
 // no deferred code, no flush, no goodbye.
 //
-// A point is armed through the environment, so the code under test is the
-// production code, unchanged:
+// Crash points are disarmed in every program that imports idem. Only two
+// kinds of process arm them, from the environment variable EnvVar:
+//
+//   - test binaries (testing.Testing), so that a test re-executing itself
+//     as a child (the helper-process idiom) arms points in the production
+//     code, unchanged;
+//   - the prover's own processes, which call ArmFromEnv at their entry
+//     (prove.WorkerMain, and cmd/idem for the processes idem prove starts).
+//
+// A service that happens to run with EnvVar set is not affected.
+//
+// The EnvVar syntax:
 //
 //	IDEM_CRASHPOINT=after-claim          die at the first hit of after-claim
 //	IDEM_CRASHPOINT=after-call:3         die at the third hit
@@ -19,9 +29,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"testing"
 )
 
-// EnvVar is the environment variable that arms crash points.
+// EnvVar is the environment variable that names the points to arm.
 const EnvVar = "IDEM_CRASHPOINT"
 
 // Names of the crash points compiled into idem.
@@ -33,6 +44,17 @@ const (
 	MidResponse   = "mid-response"   // part of an HTTP response written
 	AfterDelivery = "after-delivery" // an outbox message was delivered, not yet recorded
 	MidBatch      = "mid-batch"      // a group commit ran its writes, not yet committed; nobody answered
+
+	// JobAfterClaim: a batch of jobs was claimed and committed; this job
+	// has not started. Recovery: its lease ends, the next claim rescues it.
+	JobAfterClaim = "job-after-claim"
+	// JobBeforeCommit: CompleteTx wrote the completion in the handler's
+	// transaction, which has not committed. Recovery: the transaction, the
+	// effect in it and the completion vanish together; the job runs again.
+	JobBeforeCommit = "job-before-commit"
+	// JobAfterCommit: the handler returned nil (its CompleteTx committed);
+	// the client has not yet confirmed it. Recovery: none needed.
+	JobAfterCommit = "job-after-commit"
 )
 
 var (
@@ -41,7 +63,18 @@ var (
 	left  map[string]int // hits left before the kill
 )
 
-func init() { Arm(os.Getenv(EnvVar)) }
+// Test binaries arm from the environment on their own: their children
+// cannot all be reached by an explicit call (a driver's conformance child
+// runs before any test code of ours).
+func init() {
+	if testing.Testing() {
+		ArmFromEnv()
+	}
+}
+
+// ArmFromEnv arms the points that EnvVar names (none if it is unset). Only
+// the prover's processes call it; see the package documentation.
+func ArmFromEnv() { Arm(os.Getenv(EnvVar)) }
 
 // Arm replaces the armed points with spec (the EnvVar syntax). An empty
 // spec disarms all.

@@ -282,7 +282,7 @@ func TestNewDB(t *testing.T) {
 	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_database WHERE datname = $1)", firstName).Scan(&exists); err != nil || exists {
 		t.Fatalf("database %s still exists after its test: %v %v", firstName, exists, err)
 	}
-	if Shared(t) != Shared(t) || Shared(t).TCPAddr() == "" {
+	if a, b := Shared(t), Shared(t); a != b || a.TCPAddr() == "" {
 		t.Fatal("Shared is not one cluster with TCP")
 	}
 }
