@@ -14,6 +14,10 @@ import (
 	"github.com/idemdev/idem/idemtype"
 )
 
+// The path of a claim through the code, API to SQL, is in
+// docs/architecture.md; driver/drivertest holds the conformance tests that
+// every driver passes for it (races, crashes, paused holders, a model).
+
 // Claim is the answer to "may I run this operation?". When Outcome is
 // Acquired or Reclaimed the caller holds the key under a lease and must end
 // the claim with Complete, Fail or Release (or let the lease run out). For
