@@ -32,6 +32,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idemdev/idem/dburl"
 	"github.com/idemdev/idem/internal/pgtest"
 )
 
@@ -257,7 +258,7 @@ func openDatabase(ctx context.Context, spec string) (*database, error) {
 		return &database{driver: "postgres", durability: "as configured on the server", shared: true,
 			fresh: func(context.Context) (string, error) { return spec, nil }, close: func() {}}, nil
 	}
-	return nil, fmt.Errorf("bench: unknown database %q (want sqlite, sqlite:PATH, postgres or postgres://…)", spec)
+	return nil, fmt.Errorf("bench: unknown database %q (want sqlite, sqlite:PATH, postgres or postgres://…)", dburl.Redact(spec))
 }
 
 // errUnexpected marks an operation whose answer was not the one a fresh

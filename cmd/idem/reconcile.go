@@ -44,7 +44,7 @@ holder is gone. Completed records are never changed.
   idem keys list --state parked
   idem reconcile acct-1 order-42 --as succeeded --status 201 --result charge.json
   idem reconcile "" nightly-2030-01-02 --as release`)
-	db := fs.String("db", defaultDB(), "database URL (env IDEM_DB)")
+	db := fs.String("db", "", dbFlagHelp)
 	as := fs.String("as", "", "the decision: succeeded, failed or release (required)")
 	resultFile := fs.String("result", "", "store the contents of `FILE` (- for stdin, at most 16 MiB) as the result body")
 	status := fs.Int("status", 0, "store status `N` with the result (HTTP faces replay it: give the upstream's status)")
@@ -92,8 +92,7 @@ holder is gone. Completed records are never changed.
 
 	l, err := openLedger(ctx, *db, &idem.Options{Logger: log, HashKeysInLogs: logf.hashKeys})
 	if err != nil {
-		fmt.Fprintln(stderr, "idem reconcile:", err)
-		return 1
+		return openFailed(stderr, "reconcile", err)
 	}
 	defer l.Close()
 	scope, key := pos[0], pos[1]

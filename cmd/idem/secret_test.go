@@ -1,0 +1,56 @@
+package main
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestNoCommandPrintsTheDBPassword runs every command with a password in
+// --db, in each form a user may write one, and checks that nothing it
+// prints (stdout, stderr, JSON) holds the password (issue 10 item 9).
+func TestNoCommandPrintsTheDBPassword(t *testing.T) {
+	t.Parallel()
+	const secret = "S3CRET-pw"
+	dir := t.TempDir()
+	dbs := []string{
+		"sqlite:" + filepath.Join(dir, "idem.db") + "?password=" + secret,
+		"sqlite:" + filepath.Join(dir, "idem.db") + "?synchronous=normal&password=" + secret,
+		"postgres://u:" + secret + "@127.0.0.1:1/db?sslmode=disable&connect_timeout=5",
+		"postgresql://127.0.0.1:1/db?user=u&password=" + secret + "&sslmode=disable",
+		"postgres://u:" + secret + "@127.0.0.1:1,127.0.0.1:2/db?sslmode=disable",
+		"host=127.0.0.1 port=1 user=u password=" + secret + " dbname=db sslmode=disable",
+		"host=127.0.0.1 port=1 user=u password='" + secret + " x' dbname=db sslmode=disable",
+		"mysql://u:" + secret + "@127.0.0.1/db",
+		"postgres:u:" + secret + "@h",
+		"u:" + secret + "@127.0.0.1/db",
+		"postgres://u:" + secret + "@127.0.0.1:1/db?pool_max_conns=nope",
+		"postgres://u:" + secret + "@127.0.0.1:1/db?pool_max_conns=4",
+	}
+	cmds := [][]string{
+		{"keys", "list"}, {"keys", "list", "--json"}, {"keys", "show", "s", "k"}, {"keys", "show", "--json", "s", "k"},
+		{"reconcile", "--as", "release", "s", "k"}, {"reconcile", "--json", "--log-format", "json", "--as", "release", "s", "k"},
+		{"prune"}, {"prune", "--json"}, {"prune", "--dry-run"},
+		{"jobs", "list"}, {"jobs", "list", "--json"}, {"jobs", "show", "1"}, {"jobs", "retry", "1"}, {"jobs", "discard", "1"},
+		{"outbox", "list"}, {"outbox", "list", "--json"},
+		{"migrate"}, {"migrate", "--print"},
+		{"serve", "--upstream", "http://127.0.0.1:1"},
+		{"prove", "--ops", "1"}, {"bench", "--duration", "100ms"},
+	}
+	for _, db := range dbs {
+		for _, c := range cmds {
+			if (c[0] == "prove" || c[0] == "bench") && strings.HasPrefix(db, "host=") || c[0] == "serve" && strings.HasPrefix(db, "sqlite") {
+				// would run a real prove or bench, or serve a file
+				continue
+			}
+			args := append(append([]string{}, c...), "--db", db)
+			r := opRun(t, "", args...)
+			if r.code == 0 && c[0] != "migrate" {
+				t.Errorf("idem %s: exit 0 on a database that is not there", strings.Join(args, " "))
+			}
+			if strings.Contains(r.stdout+r.stderr, secret) || strings.Contains(r.stdout+r.stderr, "S3CRET") {
+				t.Errorf("idem %s shows the password:\nstdout: %s\nstderr: %s", strings.Join(c, " "), r.stdout, r.stderr)
+			}
+		}
+	}
+}
