@@ -3,16 +3,18 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/idemdev/idem"
 )
 
 const (
 	keysUsage     = "idem keys <list|show> [flags]"
-	keysListUsage = "idem keys list [--db URL] [--state STATE] [--stale] [--scope S] [--limit N] [--json]"
+	keysListUsage = "idem keys list [--db URL] [--state STATE] [--stale] [--scope S] [--key K] [--limit N] [--wide] [--json]"
 	keysShowUsage = "idem keys show [--db URL] [--preview N] [--json] SCOPE KEY"
 )
 
@@ -57,11 +59,19 @@ characters are printed Go-quoted.
 
   idem keys list --state parked            everything waiting for idem reconcile
   idem keys list --stale                   in progress past its lease (holder gone?)
-  idem keys list --scope acct-1 --json     one tenant's records, for scripts`)
-	db := fs.String("db", defaultDB(), "database URL (env IDEM_DB)")
+  idem keys list --scope acct-1 --json     one tenant's records, for scripts
+  idem keys list --key order-42            that key in every scope
+
+Scopes longer than 32 characters (the gateway's hashed scopes are 85) are
+shortened in the table: authorization-sha256:3f9a1c0b2d4e…; --wide or
+--json shows them whole. --key without --scope searches the newest
+100000 records; with --scope it reads the one record.`)
+	db := fs.String("db", "", dbFlagHelp)
 	state := fs.String("state", "", "only records in `STATE`: in_progress, succeeded, failed, parked, tombstone or released")
 	stale := fs.Bool("stale", false, "only in-progress records whose lease has ended")
 	scope := fs.String("scope", "", "only records in scope `S`")
+	key := fs.String("key", "", "only records of key `K` (in every scope, or in --scope)")
+	wide := fs.Bool("wide", false, "print scopes whole in the table")
 	limit := fs.Int("limit", 100, "at most `N` records (1…100000)")
 	asJSON := fs.Bool("json", false, "print a JSON array instead of a table")
 	pos, code, done := parseArgs(fs, args, stdout)
@@ -83,11 +93,18 @@ characters are printed Go-quoted.
 	}
 	l, err := openLedger(ctx, *db, nil)
 	if err != nil {
-		fmt.Fprintln(stderr, "idem keys list:", err)
-		return 1
+		return openFailed(stderr, "keys list", err)
 	}
 	defer l.Close()
-	recs, err := l.List(ctx, idem.ListFilter{State: st, Stale: *stale, Scope: *scope, Limit: *limit})
+	filter := idem.ListFilter{State: st, Stale: *stale, Scope: *scope, Limit: *limit}
+	keyGiven := false
+	fs.Visit(func(f *flag.Flag) { keyGiven = keyGiven || f.Name == "key" })
+	var recs []idem.Record
+	if keyGiven {
+		recs, err = listKey(ctx, l, filter, *key, stderr)
+	} else {
+		recs, err = l.List(ctx, filter)
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "idem keys list:", err)
 		return 1
@@ -104,7 +121,11 @@ characters are printed Go-quoted.
 	} else {
 		t := newTable(stdout, "SCOPE", "KEY", "STATE", "ATTEMPT", "UPDATED", "NOTE")
 		for _, r := range recs {
-			t.row(printable(r.Scope), printable(r.Key), string(r.State), fmt.Sprint(r.Attempt), timeText(r.UpdatedAt), recordNote(r))
+			sc := printable(r.Scope)
+			if !*wide {
+				sc = shortScope(sc)
+			}
+			t.row(sc, printable(r.Key), string(r.State), fmt.Sprint(r.Attempt), timeText(r.UpdatedAt), recordNote(r))
 		}
 		if err := t.flush(); err != nil {
 			fmt.Fprintln(stderr, "idem keys list:", err)
@@ -128,7 +149,7 @@ is text when UTF-8 and base64 otherwise. An empty scope is "".
 
   idem keys show "" order-42
   idem keys show acct-1 -- -key-with-a-dash`)
-	db := fs.String("db", defaultDB(), "database URL (env IDEM_DB)")
+	db := fs.String("db", "", dbFlagHelp)
 	previewN := fs.Int("preview", 512, "show at most `N` bytes of the stored body and metadata")
 	asJSON := fs.Bool("json", false, "print JSON instead of text")
 	pos, code, done := parseArgs(fs, args, stdout)
@@ -143,8 +164,7 @@ is text when UTF-8 and base64 otherwise. An empty scope is "".
 	}
 	l, err := openLedger(ctx, *db, nil)
 	if err != nil {
-		fmt.Fprintln(stderr, "idem keys show:", err)
-		return 1
+		return openFailed(stderr, "keys show", err)
 	}
 	defer l.Close()
 	r, err := l.Get(ctx, pos[0], pos[1])
@@ -166,6 +186,69 @@ is text when UTF-8 and base64 otherwise. An empty scope is "".
 		return 1
 	}
 	return 0
+}
+
+// keyScan bounds the records keys list --key reads when no scope is given.
+const keyScan = 100000
+
+// listKey lists the records of key that match f. With a scope it reads
+// the one record; without, ListFilter has no key, so it reads the newest
+// keyScan records and keeps the key's (and says so when it hit the bound).
+func listKey(ctx context.Context, l *idem.Ledger, f idem.ListFilter, key string, stderr io.Writer) ([]idem.Record, error) {
+	if f.Scope != "" {
+		r, err := l.Get(ctx, f.Scope, key)
+		if errors.Is(err, idem.ErrNotFound) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if (f.State != "" && r.State != f.State) || (f.Stale && (r.State != idem.StateInProgress || !r.Stale())) {
+			return nil, nil
+		}
+		return []idem.Record{r}, nil
+	}
+	limit := f.Limit
+	f.Limit = keyScan
+	all, err := l.List(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	var out []idem.Record
+	for _, r := range all {
+		if r.Key == key && len(out) < limit {
+			out = append(out, r)
+		}
+	}
+	if len(all) == keyScan {
+		fmt.Fprintf(stderr, "idem keys list: searched the newest %d records for the key; give --scope to read its record directly\n", keyScan)
+	}
+	return out, nil
+}
+
+// shortScope shortens a long scope for the table: the gateway's scopes are
+// "name:" and 64 hex digits, shown as the name and 12 digits. The cut is
+// marked with "…", which no printed scope otherwise ends with unquoted.
+func shortScope(s string) string {
+	const max, keep = 32, 12
+	if utf8.RuneCountInString(s) <= max {
+		return s
+	}
+	if i := strings.IndexByte(s, ':'); i > 0 && i < max {
+		return s[:i+1] + firstRunes(s[i+1:], keep) + "…"
+	}
+	return firstRunes(s, max-8) + "…"
+}
+
+// firstRunes returns the first n runes of s.
+func firstRunes(s string, n int) string {
+	for i := range s {
+		if n == 0 {
+			return s[:i]
+		}
+		n--
+	}
+	return s
 }
 
 func validState(s idem.State) bool {
