@@ -313,7 +313,7 @@ func (c *serveConfig) run(ctx context.Context, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "idem serve: --admin: %v\n", err)
 			return 1
 		}
-		ah, err := admin.New(l, &admin.Options{Addr: c.admin, Token: c.adminToken, Write: c.adminWrite, Metrics: m, Logger: log,
+		ah, err := admin.New(l, &admin.Options{Addr: c.admin, Token: c.adminToken, Write: c.adminWrite, Metrics: m, Logger: log, HashKeys: c.log.hashKeys,
 			DeadJobs: admin.LedgerDeadJobs(l)})
 		if err != nil {
 			srv.Close()
