@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/idemdev/idem/dburl"
 	"github.com/idemdev/idem/internal/pgtest"
@@ -53,12 +52,9 @@ func openDatabase(ctx context.Context, db string) (*database, error) {
 			owned: true, cluster: c, cleanup: func() { c.Close() },
 		}, nil
 	}
-	scheme, _, _ := strings.Cut(db, ":")
-	switch scheme {
-	case "sqlite", "sqlite3":
-		return &database{url: db, driver: "sqlite", desc: db, cleanup: func() {}}, nil
-	case "postgres", "postgresql":
-		return &database{url: db, driver: "postgres", desc: dburl.Redact(db), cleanup: func() {}}, nil
+	u, err := dburl.Parse(db)
+	if err != nil {
+		return nil, err // never holds the password
 	}
-	return nil, fmt.Errorf("unknown database %q (want sqlite, postgres, sqlite:PATH or postgres://…)", dburl.Redact(db))
+	return &database{url: db, driver: u.Driver, desc: dburl.Redact(db), cleanup: func() {}}, nil
 }

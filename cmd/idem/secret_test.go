@@ -26,6 +26,8 @@ func TestNoCommandPrintsTheDBPassword(t *testing.T) {
 		"u:" + secret + "@127.0.0.1/db",
 		"postgres://u:" + secret + "@127.0.0.1:1/db?pool_max_conns=nope",
 		"postgres://u:" + secret + "@127.0.0.1:1/db?pool_max_conns=4",
+		"host=127.0.0.1 password='" + secret,
+		"postgres://u:" + secret + "@[::1/db",
 	}
 	cmds := [][]string{
 		{"keys", "list"}, {"keys", "list", "--json"}, {"keys", "show", "s", "k"}, {"keys", "show", "--json", "s", "k"},
