@@ -31,6 +31,7 @@ func TestCLIConventions(t *testing.T) {
 		{[]string{"jobs", "retry"}, []string{"1"}},
 		{[]string{"jobs", "discard"}, []string{"1"}},
 		{[]string{"outbox", "list"}, nil},
+		{[]string{"outbox", "redeliver"}, []string{"msg-1"}},
 		{[]string{"migrate"}, nil},
 		{[]string{"version"}, nil},
 	}
