@@ -50,6 +50,9 @@ func TestNoCommandPrintsTheDBPassword(t *testing.T) {
 			if r.code == 0 && c[0] != "migrate" {
 				t.Errorf("idem %s: exit 0 on a database that is not there", strings.Join(args, " "))
 			}
+			if strings.Contains(r.stderr, "dburl: ") || strings.Contains(r.stderr, "--db: --db") {
+				t.Errorf("idem %s: doubled prefix: %s", strings.Join(c, " "), r.stderr)
+			}
 			if strings.Contains(r.stdout+r.stderr, secret) || strings.Contains(r.stdout+r.stderr, "S3CRET") {
 				t.Errorf("idem %s shows the password:\nstdout: %s\nstderr: %s", strings.Join(c, " "), r.stdout, r.stderr)
 			}
