@@ -107,8 +107,7 @@ holder is gone. Completed records are never changed.
 	if *resultFile != "" {
 		body, err = readResult(*resultFile, stdin)
 		if err != nil {
-			fmt.Fprintln(stderr, "idem reconcile:", err)
-			return 2
+			return usageError(fs, stderr, "%v", err)
 		}
 	}
 
