@@ -1,9 +1,17 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/idemdev/idem/dburl"
+	"github.com/idemdev/idem/internal/pgtest"
 )
 
 // TestNoCommandPrintsTheDBPassword runs every command with a password in
@@ -58,4 +66,60 @@ func TestNoCommandPrintsTheDBPassword(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestServeStartupHidesTheDBPassword runs idem serve on a real PostgreSQL
+// with a password in --db (URL and keyword forms; the test cluster trusts
+// local users, so the password is accepted and ignored) and reads
+// everything it prints until it listens.
+func TestServeStartupHidesTheDBPassword(t *testing.T) {
+	t.Parallel()
+	const secret = "S3CRET-serve"
+	pg := pgtest.NewDB(t)
+	u, err := url.Parse(pg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	withPW := *u
+	withPW.User = url.UserPassword(u.User.Username(), secret)
+	kw := "host=" + q.Get("host") + " port=" + q.Get("port") + " user=" + u.User.Username() +
+		" password='" + secret + "' dbname=" + strings.TrimPrefix(u.Path, "/") + " sslmode=disable"
+	for _, db := range []string{withPW.String(), kw, pg + "&password=" + secret} {
+		for _, format := range []string{"text", "json"} {
+			out, code := serveUntilListening(t, "serve", "--db", db, "--upstream", "http://127.0.0.1:1", "--listen", "127.0.0.1:0", "--log-format", format, "--log-level", "debug")
+			if code != 0 || !strings.Contains(out, "listening on") {
+				t.Errorf("serve --db %s: exit %d:\n%s", dburl.Redact(db), code, out)
+			}
+			if strings.Contains(out, secret) {
+				t.Errorf("serve shows the password:\n%s", out)
+			}
+		}
+	}
+}
+
+// serveUntilListening runs a command that serves until its context ends,
+// ends it once it says it listens, and returns all it printed.
+func serveUntilListening(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pr, pw := io.Pipe()
+	var stdout bytes.Buffer
+	done := make(chan int, 1)
+	go func() {
+		code := dispatch(ctx, args, strings.NewReader(""), &stdout, pw)
+		pw.Close()
+		done <- code
+	}()
+	var all strings.Builder
+	sc := bufio.NewScanner(pr)
+	for sc.Scan() {
+		all.WriteString(sc.Text() + "\n")
+		if strings.Contains(sc.Text(), "listening on") {
+			cancel()
+		}
+	}
+	code := <-done
+	return stdout.String() + all.String(), code
 }
