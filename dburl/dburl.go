@@ -7,7 +7,8 @@
 //
 //	sqlite, sqlite3                  the SQLite file idem.db (DefaultSQLitePath)
 //	sqlite:PATH, sqlite://PATH       the SQLite file PATH, taken literally
-//	sqlite:PATH?synchronous=normal   with options
+//	sqlite:PATH?synchronous=normal   with options (after the last "?", when
+//	                                 it is followed by key=value)
 //	postgres://…, postgresql://…     PostgreSQL, as libpq and pgx read it,
 //	                                 multi-host lists (h1:5432,h2:5432) included
 //	host=… dbname=… password='…'     a libpq keyword/value connection string
