@@ -130,3 +130,14 @@ func TestMigrateSaysWhatWasNew(t *testing.T) {
 		t.Errorf("second migrate: %q", r.stdout)
 	}
 }
+
+// TestServeAdminErrorHasOnePrefix: a refused admin option is said once
+// ("idem serve: admin: …"), not "idem serve: --admin: admin: …".
+func TestServeAdminErrorHasOnePrefix(t *testing.T) {
+	t.Parallel()
+	db := "sqlite:" + filepath.Join(t.TempDir(), "gw.db")
+	r := opRun(t, "", "serve", "--demo", "--db", db, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--admin-token", "short")
+	if r.code != 2 || !strings.Contains(r.stderr, "token") || strings.Contains(r.stderr, "--admin: admin:") {
+		t.Errorf("exit %d, stderr %q", r.code, r.stderr)
+	}
+}
