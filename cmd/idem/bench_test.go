@@ -19,6 +19,9 @@ func TestBenchRuns(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, r.stdout)
 		}
 	}
+	if strings.Contains(r.stderr, " 1 callers") || !strings.Contains(r.stderr, "ledger claim+complete, 1 caller:") {
+		t.Errorf("progress should say \"1 caller\":\n%s", r.stderr)
+	}
 	b, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
