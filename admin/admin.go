@@ -89,6 +89,10 @@ type Options struct {
 	CountTimeout time.Duration
 	// Logger receives one line per operator action. Default slog.Default().
 	Logger *slog.Logger
+	// HashKeys logs keys as idem.KeyHash (sha256:…) instead of the keys,
+	// as the ledger does under Options.HashKeysInLogs (idem serve
+	// --hash-keys).
+	HashKeys bool
 }
 
 // DeadJob is one dead-lettered job, as the jobs section shows it.

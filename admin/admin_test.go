@@ -235,7 +235,7 @@ func TestReconcileInWriteMode(t *testing.T) {
 	c := client(t)
 	tok := csrf(t, c, srv.URL)
 
-	form := url.Values{"csrf": {tok}, "scope": {""}, "key": {"parked-1"}, "as": {"succeeded"}, "status": {"201"}, "body": {`{"id":"ch_7"}`}}
+	form := url.Values{"csrf": {tok}, "scope": {""}, "key": {"parked-1"}, "as": {"succeeded"}, "status": {"201"}, "body": {`{"id":"ch_7"}`}, "confirm": {"yes"}}
 	code, _, hdr := post(t, c, srv.URL+"/reconcile", form, "Sec-Fetch-Site", "same-origin")
 	if code != http.StatusSeeOther {
 		t.Fatalf("reconcile: %d", code)
@@ -253,7 +253,7 @@ func TestReconcileInWriteMode(t *testing.T) {
 	}
 
 	// A live lease is refused without force, resolved with it.
-	form = url.Values{"csrf": {tok}, "scope": {""}, "key": {"live-1"}, "as": {"release"}}
+	form = url.Values{"csrf": {tok}, "scope": {""}, "key": {"live-1"}, "as": {"release"}, "confirm": {"yes"}}
 	code, body, _ = post(t, c, srv.URL+"/reconcile", form)
 	if code != http.StatusConflict || !strings.Contains(body, "live lease") {
 		t.Errorf("live lease: %d", code)
@@ -263,7 +263,7 @@ func TestReconcileInWriteMode(t *testing.T) {
 		t.Errorf("forced: %d, state %s", code, state(t, f, "", "live-1"))
 	}
 	// A finished record is never changed.
-	form = url.Values{"csrf": {tok}, "scope": {"acct-1"}, "key": {"done-1"}, "as": {"release"}}
+	form = url.Values{"csrf": {tok}, "scope": {"acct-1"}, "key": {"done-1"}, "as": {"release"}, "confirm": {"yes"}}
 	if code, body, _ = post(t, c, srv.URL+"/reconcile", form); code != http.StatusConflict || !strings.Contains(body, "not parked or in progress") {
 		t.Errorf("finished record: %d", code)
 	}
@@ -275,7 +275,7 @@ func TestReconcileNeedsTheFormTokenAndSameOrigin(t *testing.T) {
 	srv := serve(t, f, &admin.Options{Write: true})
 	c := client(t)
 	tok := csrf(t, c, srv.URL)
-	form := url.Values{"scope": {""}, "key": {"parked-1"}, "as": {"release"}}
+	form := url.Values{"scope": {""}, "key": {"parked-1"}, "as": {"release"}, "confirm": {"yes"}}
 
 	if code, _, _ := post(t, c, srv.URL+"/reconcile", form); code != http.StatusForbidden {
 		t.Errorf("no token: %d", code)

@@ -130,6 +130,16 @@ func TestBrowserShowsThePageAndReconciles(t *testing.T) {
 		chromedp.SendKeys(row+`//input[@name="status"]`, "201"),
 		chromedp.SendKeys(row+`//textarea[@name="body"]`, `{"id":"ch_browser"}`),
 		chromedp.Click(row+`//button[@type="submit"]`),
+		chromedp.WaitVisible(chromedp.ID("confirm")), // shown before it is stored
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := text("confirm-status"); st != "201" || state(t, f, "", "parked-1") != idemtype.StateParked {
+		t.Errorf("confirm step: status %q, record %s (want it still parked)", st, state(t, f, "", "parked-1"))
+	}
+	err = chromedp.Do(ctx,
+		chromedp.Click(chromedp.ID("confirm-store")),
 		chromedp.WaitVisible(chromedp.ID("resolved")),
 	)
 	if err != nil {

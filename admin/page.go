@@ -34,6 +34,7 @@ type page struct {
 	Limit    int
 	Error    string // an action that failed
 	Resolved bool   // the searched record was just resolved
+	Confirm  *confirm
 
 	Counts   *idemtype.OpenCounts
 	CountErr string
@@ -58,6 +59,15 @@ type search struct {
 	Found      bool
 	Err        string
 	Record     row
+}
+
+// confirm is what a reconcile would store, shown before it is stored.
+type confirm struct {
+	Scope, Key, As, Status, ContentType, Body string
+	Force                                     bool
+	Stores                                    bool // succeeded or failed: a result is stored
+	HTTP                                      bool // made by the HTTP layer: the result is a response
+	BodyBytes                                 int
 }
 
 // row is a record as the page shows it.
@@ -288,25 +298,59 @@ func (s *server) reconcile(w http.ResponseWriter, r *http.Request) {
 	status := 0
 	if v := strings.TrimSpace(r.PostForm.Get("status")); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 || n > 999 {
-			fail(http.StatusBadRequest, fmt.Sprintf("status %q: want a number 0…999", v))
+		if err != nil {
+			fail(http.StatusBadRequest, fmt.Sprintf("status %q: want a number", v))
 			return
 		}
 		status = n
 	}
 	body := []byte(r.PostForm.Get("body"))
-	if as == idemtype.StateReleased && (status != 0 || len(body) > 0) {
-		fail(http.StatusBadRequest, "release stores no result: leave status and body empty")
-		return
+	var header http.Header
+	if ct := strings.TrimSpace(r.PostForm.Get("content_type")); ct != "" {
+		header = http.Header{"Content-Type": {ct}}
 	}
 	force := r.PostForm.Get("force") == "on"
-	rec, err := s.l.Resolve(r.Context(), scope, key, idem.Resolution{As: as, Result: idem.Result{Status: status, Body: body}, Force: force})
+	rec, err := s.l.Get(r.Context(), scope, key)
+	if errors.Is(err, idem.ErrNotFound) {
+		fail(http.StatusNotFound, "no record for this scope and key")
+		return
+	}
+	if err != nil {
+		fail(http.StatusInternalServerError, err.Error())
+		return
+	}
+	switch {
+	case rec.State != idemtype.StateParked && rec.State != idemtype.StateInProgress:
+		fail(http.StatusConflict, "refused: the record is "+string(rec.State)+", not parked or in progress")
+		return
+	case rec.State == idemtype.StateInProgress && !rec.Stale() && !force:
+		fail(http.StatusConflict, liveLease(rec))
+		return
+	}
+	res, err := Settlement{As: as, Status: status, Header: header, Body: body, Force: force}.Resolution(rec)
+	if err != nil {
+		fail(http.StatusBadRequest, "not resolved: "+err.Error())
+		return
+	}
+	if r.PostForm.Get("confirm") != "yes" {
+		// Show what would be stored; nothing is written until the
+		// operator confirms.
+		p := s.build(w, r, scope, key, true)
+		p.Confirm = &confirm{Scope: scope, Key: key, As: string(as), ContentType: header.Get("Content-Type"), Body: string(body),
+			Force: force, Stores: as != idemtype.StateReleased, HTTP: IsHTTPRecord(rec), BodyBytes: len(body)}
+		if p.Confirm.Stores {
+			p.Confirm.Status = strconv.Itoa(status)
+		}
+		s.render(w, http.StatusOK, "index.html", p)
+		return
+	}
+	rec, err = s.l.Resolve(r.Context(), scope, key, res)
 	switch {
 	case errors.Is(err, idem.ErrNotFound):
 		fail(http.StatusNotFound, "no record for this scope and key")
 		return
 	case errors.Is(err, idem.ErrLiveLease):
-		fail(http.StatusConflict, "refused: the claim is in progress under a live lease until "+stamp(rec.LeaseUntil)+"; its holder may still be working. Tick force only if you know it is gone.")
+		fail(http.StatusConflict, liveLease(rec))
 		return
 	case err != nil && rec.State != "":
 		fail(http.StatusConflict, "refused: the record is "+string(rec.State)+", not parked or in progress")
@@ -315,8 +359,17 @@ func (s *server) reconcile(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusInternalServerError, err.Error())
 		return
 	}
-	s.log.InfoContext(r.Context(), "operator resolved a claim from the admin page", "scope", scope, "key", key,
+	logKey := key
+	if s.o.HashKeys {
+		logKey = idem.KeyHash(key)
+	}
+	s.log.InfoContext(r.Context(), "operator resolved a claim from the admin page", "scope", scope, "key", logKey,
 		"fingerprint", rec.Fingerprint, "attempt", rec.Attempt, "as", string(as), "status", status,
 		"body_bytes", len(body), "force", force, "remote", r.RemoteAddr)
 	http.Redirect(w, r, "/?"+url.Values{"scope": {scope}, "key": {key}, "resolved": {""}}.Encode(), http.StatusSeeOther)
+}
+
+// liveLease is the refusal of a reconcile under a live lease.
+func liveLease(rec idemtype.Record) string {
+	return "refused: the claim is in progress under a live lease until " + stamp(rec.LeaseUntil) + "; its holder may still be working. Tick force only if you know it is gone."
 }

@@ -32,6 +32,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idemdev/idem/dburl"
 	"github.com/idemdev/idem/internal/pgtest"
 )
 
@@ -236,13 +237,6 @@ func openDatabase(ctx context.Context, spec string) (*database, error) {
 			},
 			close: func() { os.RemoveAll(dir) },
 		}, nil
-	case strings.HasPrefix(spec, "sqlite:") || strings.HasPrefix(spec, "sqlite3:"):
-		dur := "synchronous=FULL (WAL)"
-		if strings.Contains(strings.ToLower(spec), "synchronous=normal") {
-			dur = "synchronous=NORMAL (WAL)"
-		}
-		return &database{driver: "sqlite", durability: dur, shared: true,
-			fresh: func(context.Context) (string, error) { return spec, nil }, close: func() {}}, nil
 	case spec == "postgres" || spec == "postgresql":
 		c, err := pgtest.Start(ctx, &pgtest.Options{Fsync: true})
 		if err != nil {
@@ -253,11 +247,21 @@ func openDatabase(ctx context.Context, spec string) (*database, error) {
 			fresh: func(ctx context.Context) (string, error) { return c.CreateDatabase(ctx, name("bench")) },
 			close: func() { c.Close() },
 		}, nil
-	case strings.HasPrefix(spec, "postgres://") || strings.HasPrefix(spec, "postgresql://"):
+	}
+	u, err := dburl.Parse(spec)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err) // never holds the password
+	}
+	if u.Driver == dburl.Postgres {
 		return &database{driver: "postgres", durability: "as configured on the server", shared: true,
 			fresh: func(context.Context) (string, error) { return spec, nil }, close: func() {}}, nil
 	}
-	return nil, fmt.Errorf("bench: unknown database %q (want sqlite, sqlite:PATH, postgres or postgres://…)", spec)
+	dur := "synchronous=FULL (WAL)"
+	if strings.EqualFold(u.Options.Get("synchronous"), "normal") {
+		dur = "synchronous=NORMAL (WAL)"
+	}
+	return &database{driver: "sqlite", durability: dur, shared: true,
+		fresh: func(context.Context) (string, error) { return spec, nil }, close: func() {}}, nil
 }
 
 // errUnexpected marks an operation whose answer was not the one a fresh

@@ -75,10 +75,10 @@ func (r *runner) enqueueRow(ctx context.Context, c int) (Result, error) {
 		return Result{}, err
 	}
 	defer done()
-	r.progress("jobs enqueue, %d callers: idem, hand-written SQL", c)
+	r.progress("jobs enqueue, %s: idem, hand-written SQL", callers(c))
 	st, err := compare(ctx, c, r.o.Duration, side{name: "idem", op: idemOp}, side{name: "baseline", op: handEnqueue(handL, handQueue)})
 	if err != nil {
-		return Result{}, fmt.Errorf("enqueue, %d callers: %w", c, err)
+		return Result{}, fmt.Errorf("enqueue, %s: %w", callers(c), err)
 	}
 	return newResult(GroupJobs, "jobs enqueue", "hand-written INSERT, a commit per job",
 		r.db, c, r.o.Duration, st[0], st[1], true), nil

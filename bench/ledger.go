@@ -89,10 +89,10 @@ func (r *runner) ledgerStats(ctx context.Context, c int) (ledgerStat, error) {
 		stats = append(stats, &st.off)
 		names = append(names, "group commit off")
 	}
-	r.progress("ledger claim+complete, %d callers: %s", c, strings.Join(names, ", "))
+	r.progress("ledger claim+complete, %s: %s", callers(c), strings.Join(names, ", "))
 	res, err := compare(ctx, c, r.o.Duration, sides...)
 	if err != nil {
-		return st, fmt.Errorf("claim+complete, %d callers: %w", c, err)
+		return st, fmt.Errorf("claim+complete, %s: %w", callers(c), err)
 	}
 	for i, s := range res {
 		*stats[i] = s

@@ -30,7 +30,7 @@ func WriteTable(w io.Writer, results []Result) error {
 	}
 	for _, r := range results {
 		if r.Note != "" {
-			fmt.Fprintf(w, "  %s, %d callers: %s\n", r.Name, r.Concurrency, r.Note)
+			fmt.Fprintf(w, "  %s, %s: %s\n", r.Name, callers(r.Concurrency), r.Note)
 		}
 	}
 	return nil
@@ -64,4 +64,12 @@ func WriteJSON(w io.Writer, results []Result) error {
 		}
 	}
 	return nil
+}
+
+// callers says how many concurrent callers a row ran: "1 caller", "8 callers".
+func callers(n int) string {
+	if n == 1 {
+		return "1 caller"
+	}
+	return strconv.Itoa(n) + " callers"
 }

@@ -1,8 +1,11 @@
 package dburl
 
 import (
+	"cmp"
 	"context"
+	"database/sql"
 	"fmt"
+	"runtime"
 	"strings"
 
 	"github.com/idemdev/idem"
@@ -12,15 +15,19 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// defaultPoolSize is the pool a URL-based open gives PostgreSQL unless the
-// URL says pool_max_conns: enough for 32 concurrent callers, whose writes
-// group commit gathers.
-const defaultPoolSize = 32
+// DefaultPoolSize is the pool Open gives PostgreSQL unless the URL says
+// pool_max_conns: enough for 32 concurrent callers, whose writes group
+// commit gathers.
+const DefaultPoolSize = 32
 
 // Open opens a ledger on the database named by url (see Parse for the
 // forms), on a pool it opens and owns: Close closes it. A nil *Options
 // means all defaults. Applications with a pool of their own hand it to
 // idem.New through postgres.New or sqlite.New instead.
+//
+// SQLite files open with mattn/go-sqlite3 in a build with cgo and with
+// modernc.org/sqlite (pure Go) in one without; library=modernc in the URL
+// picks the pure-Go library in either (docs/performance.md compares them).
 func Open(ctx context.Context, url string, opts *idem.Options) (*idem.Ledger, error) {
 	drv, err := OpenDriver(ctx, url)
 	if err != nil {
@@ -35,31 +42,88 @@ func Open(ctx context.Context, url string, opts *idem.Options) (*idem.Ledger, er
 }
 
 // OpenDriver makes the driver for url on a handle it opens and owns, not
-// yet set up: hand it to idem.New.
+// yet set up: hand it to idem.New (or call its Setup).
 func OpenDriver(ctx context.Context, url string) (driver.Driver, error) {
 	u, err := Parse(url)
 	if err != nil {
 		return nil, err
 	}
-	switch u.Driver {
-	case "sqlite":
-		db, err := openSQLite(u.Path)
-		if err != nil {
-			return nil, fmt.Errorf("sqlite: open %s: %w", u.Path, err)
-		}
-		return sqlite.New(db, &sqlite.Options{Synchronous: u.Synchronous, CloseDB: true}), nil
-	default:
-		cfg, err := pgxpool.ParseConfig(u.Conn)
-		if err != nil {
-			return nil, fmt.Errorf("postgres: bad connection string %s: %w", Redact(u.Conn), err)
-		}
-		if !strings.Contains(u.Conn, "pool_max_conns") {
-			cfg.MaxConns = defaultPoolSize
-		}
-		pool, err := pgxpool.NewWithConfig(ctx, cfg)
-		if err != nil {
-			return nil, fmt.Errorf("postgres: open %s: %w", Redact(u.Conn), err)
-		}
-		return postgres.New(pool, &postgres.Options{ClosePool: true}), nil
+	if u.Driver == SQLite {
+		return openSQLite(u)
+	}
+	return openPostgres(ctx, u)
+}
+
+// openSQLite opens the file with the library the URL or the build picks,
+// in a pool of one writer and readers.
+func openSQLite(u URL) (driver.Driver, error) {
+	lib := cmp.Or(u.Options.Get("library"), defaultSQLiteLibrary)
+	open := sqliteLibraries[lib]
+	if open == nil {
+		return nil, fmt.Errorf("sqlite: library=%s is not in this build (built without cgo: use library=modernc)", lib)
+	}
+	db, err := open(u.SQLiteURI())
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", u.Path, err)
+	}
+	n := 1 + max(4, runtime.GOMAXPROCS(0))
+	db.SetMaxOpenConns(n)
+	db.SetMaxIdleConns(n)
+	db.SetConnMaxIdleTime(0)
+	db.SetConnMaxLifetime(0)
+	sync := sqlite.Synchronous(strings.ToUpper(u.Options.Get("synchronous")))
+	return sqlite.New(db, &sqlite.Options{Synchronous: sync, CloseDB: true}), nil
+}
+
+// sqliteLibraries opens a "file:" URI with each SQLite library in the
+// build; the files sqlite_cgo.go and sqlite_modernc.go fill it in.
+var sqliteLibraries = map[string]func(uri string) (*sql.DB, error){}
+
+// openSQLiteModernc opens uri with modernc.org/sqlite. _txlock=immediate
+// makes the application's transactions on this pool take SQLite's write
+// lock at BEGIN, so they never fail with SQLITE_BUSY after reading.
+func openSQLiteModernc(uri string) (*sql.DB, error) {
+	return sql.Open("sqlite", uri+"?_txlock=immediate&_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)")
+}
+
+func openPostgres(ctx context.Context, u URL) (driver.Driver, error) {
+	cfg, err := pgxpool.ParseConfig(u.ConnString)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: connection string %s: %w", Redact(u.ConnString), err)
+	}
+	cfg.MaxConns = DefaultPoolSize
+	u.Pool.apply(cfg)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: open %s: %w", Redact(u.ConnString), err)
+	}
+	return postgres.New(pool, &postgres.Options{ClosePool: true}), nil
+}
+
+// apply sets the pool settings the URL gave.
+func (p Pool) apply(cfg *pgxpool.Config) {
+	if p.MaxConns > 0 {
+		cfg.MaxConns = p.MaxConns
+	}
+	if p.MinConns > 0 {
+		cfg.MinConns = p.MinConns
+	}
+	if p.MinIdleConns > 0 {
+		cfg.MinIdleConns = p.MinIdleConns
+	}
+	if p.MaxConnLifetime > 0 {
+		cfg.MaxConnLifetime = p.MaxConnLifetime
+	}
+	if p.MaxConnLifetimeJitter > 0 {
+		cfg.MaxConnLifetimeJitter = p.MaxConnLifetimeJitter
+	}
+	if p.MaxConnIdleTime > 0 {
+		cfg.MaxConnIdleTime = p.MaxConnIdleTime
+	}
+	if p.HealthCheckPeriod > 0 {
+		cfg.HealthCheckPeriod = p.HealthCheckPeriod
+	}
+	if p.PingTimeout > 0 {
+		cfg.PingTimeout = p.PingTimeout
 	}
 }

@@ -1,17 +1,26 @@
 package dburl
 
-import (
-	"database/sql"
-	"runtime"
-)
+import "strings"
 
-// poolSQLite sizes a pool for the sqlite driver: one connection it keeps
-// for writes, and readers.
-func poolSQLite(db *sql.DB) (*sql.DB, error) {
-	n := 1 + max(4, runtime.GOMAXPROCS(0))
-	db.SetMaxOpenConns(n)
-	db.SetMaxIdleConns(n)
-	db.SetConnMaxIdleTime(0)
-	db.SetConnMaxLifetime(0)
-	return db, nil
+// SQLiteURI returns the "file:" URI that opens the SQLite file u.Path,
+// with no query: a driver appends its own "?param=…". The path is escaped
+// (EscapeSQLitePath), so the file opened is the file named.
+func (u URL) SQLiteURI() string {
+	p := EscapeSQLitePath(u.Path)
+	if strings.HasPrefix(p, "//") {
+		// "file://x" would name host x; an empty authority keeps the path.
+		return "file://" + p
+	}
+	return "file:" + p
 }
+
+// EscapeSQLitePath escapes a file path for the path part of a SQLite
+// "file:" URI. SQLite decodes %HH there and ends the path at "?" or "#",
+// so unescaped, p%41.db would open pA.db and t1#x.db would open t1:
+// "%", "?" and "#" become %25, %3F and %23. Everything else (spaces,
+// Unicode) SQLite takes as it is.
+func EscapeSQLitePath(path string) string {
+	return sqlitePathEscaper.Replace(path)
+}
+
+var sqlitePathEscaper = strings.NewReplacer("%", "%25", "?", "%3F", "#", "%23")

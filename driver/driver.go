@@ -174,9 +174,9 @@ type Driver interface {
 	Begin(ctx context.Context) (tx *sql.Tx, end func(), err error)
 	// Migrations lists the embedded schema, in order.
 	Migrations() []Migration
-	// Migrate applies every migration not yet applied. Safe to run from
-	// several processes at once.
-	Migrate(ctx context.Context) error
+	// Migrate applies every migration not yet applied and returns those.
+	// Safe to run from several processes at once.
+	Migrate(ctx context.Context) (applied []Migration, err error)
 	// Close stops group commit. It closes the application's handle only
 	// when the driver opened it itself (a URL-based open).
 	Close() error

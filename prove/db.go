@@ -3,11 +3,10 @@ package prove
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 
+	"github.com/idemdev/idem/dburl"
 	"github.com/idemdev/idem/internal/pgtest"
 )
 
@@ -53,29 +52,9 @@ func openDatabase(ctx context.Context, db string) (*database, error) {
 			owned: true, cluster: c, cleanup: func() { c.Close() },
 		}, nil
 	}
-	scheme, _, _ := strings.Cut(db, ":")
-	switch scheme {
-	case "sqlite", "sqlite3":
-		return &database{url: db, driver: "sqlite", desc: db, cleanup: func() {}}, nil
-	case "postgres", "postgresql":
-		return &database{url: db, driver: "postgres", desc: redactURL(db), cleanup: func() {}}, nil
-	}
-	return nil, fmt.Errorf("unknown database %q (want sqlite, postgres, sqlite:PATH or postgres://…)", db)
-}
-
-// redactURL hides a password in a database URL.
-func redactURL(s string) string {
-	u, err := url.Parse(s)
+	u, err := dburl.Parse(db)
 	if err != nil {
-		return "postgres://…"
+		return nil, err // never holds the password
 	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "xxx")
-	}
-	q := u.Query()
-	if q.Has("password") {
-		q.Set("password", "xxx")
-		u.RawQuery = q.Encode()
-	}
-	return u.String()
+	return &database{url: db, driver: u.Driver, desc: dburl.Redact(db), cleanup: func() {}}, nil
 }

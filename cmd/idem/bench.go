@@ -15,7 +15,7 @@ import (
 	"github.com/idemdev/idem/bench"
 )
 
-const benchUsage = "idem bench [--db URL] [--duration D] [--concurrency 1,8,32] [--rows LIST] [--json FILE] [--cpuprofile FILE]"
+const benchUsage = "idem bench [--db URL] [--duration D] [--concurrency 1,8,32] [--rows LIST] [--json] [--out FILE] [--cpuprofile FILE]"
 
 func init() {
 	register(command{
@@ -50,11 +50,12 @@ each, so that background load falls on both alike; each side runs for
 about two minutes. The cpu µs/op columns are this process's CPU time per
 operation (load generator included; a PostgreSQL server's is not).
 See docs/performance.md.`)
-	db := fs.String("db", "sqlite", "`URL`: sqlite, sqlite:PATH, postgres, or postgres://…")
+	db := fs.String("db", "sqlite", "`URL`: sqlite (a temporary file), postgres (a throwaway cluster), or a URL (sqlite:PATH, postgres://…, host=… dbname=…) to measure")
 	dur := fs.Duration("duration", bench.DefaultDuration, "how long each side of each row is measured")
 	conc := fs.String("concurrency", "1,8,32", "comma-separated numbers of concurrent callers")
 	rows := fs.String("rows", strings.Join(bench.Groups, ","), "comma-separated row groups to run")
-	jsonFile := fs.String("json", "", "also write one JSON object per row to `FILE` (- for stdout, instead of the table)")
+	asJSON := fs.Bool("json", false, "print one JSON object per row on stdout instead of the table")
+	outFile := fs.String("out", "", "also write one JSON object per row to `FILE`")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to `FILE` (go tool pprof)")
 	pos, code, done := parseArgs(fs, args, stdout)
 	if done {
@@ -75,7 +76,11 @@ See docs/performance.md.`)
 	for _, g := range strings.Split(*rows, ",") {
 		groups = append(groups, strings.TrimSpace(g))
 	}
-	opts := &bench.Options{DB: *db, Duration: *dur, Concurrency: cs, Groups: groups, Progress: stderr}
+	spec, err := proverDB(*db)
+	if err != nil {
+		return usageError(fs, stderr, "%v", err)
+	}
+	opts := &bench.Options{DB: spec, Duration: *dur, Concurrency: cs, Groups: groups, Progress: stderr}
 	if *dur < 100*time.Millisecond || *dur > time.Hour {
 		return usageError(fs, stderr, "--duration %v: want 100ms…1h", *dur)
 	}
@@ -99,15 +104,20 @@ See docs/performance.md.`)
 	}
 	start := time.Now()
 	results, err := bench.Run(ctx, opts)
-	if *jsonFile != "-" {
+	if *asJSON {
+		if werr := bench.WriteJSON(stdout, results); werr != nil {
+			fmt.Fprintln(stderr, "idem bench:", werr)
+			return 1
+		}
+	} else {
 		if len(results) > 0 {
 			fmt.Fprintf(stdout, "idem bench %s: %s, %s, GOMAXPROCS=%d, %s, %v per side\n\n", start.UTC().Format("2006-01-02 15:04 UTC"),
 				results[0].Driver, results[0].Durability, runtime.GOMAXPROCS(0), runtime.Version(), *dur)
 		}
 		bench.WriteTable(stdout, results)
 	}
-	if *jsonFile != "" {
-		if werr := writeBenchJSON(*jsonFile, stdout, results); werr != nil {
+	if *outFile != "" {
+		if werr := writeFile(*outFile, func(w io.Writer) error { return bench.WriteJSON(w, results) }); werr != nil {
 			fmt.Fprintln(stderr, "idem bench:", werr)
 			return 1
 		}
@@ -117,19 +127,4 @@ See docs/performance.md.`)
 		return 1
 	}
 	return 0
-}
-
-func writeBenchJSON(path string, stdout io.Writer, results []bench.Result) error {
-	if path == "-" {
-		return bench.WriteJSON(stdout, results)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := bench.WriteJSON(f, results); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }

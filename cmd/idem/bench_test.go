@@ -13,11 +13,14 @@ import (
 func TestBenchRuns(t *testing.T) {
 	t.Parallel()
 	file := filepath.Join(t.TempDir(), "bench.json")
-	r := opRun(t, "", "bench", "--duration", "100ms", "--concurrency", "1,2", "--rows", "ledger,groupcommit", "--json", file).must(t, 0)
+	r := opRun(t, "", "bench", "--duration", "100ms", "--concurrency", "1,2", "--rows", "ledger,groupcommit", "--out", file).must(t, 0)
 	for _, want := range []string{"ledger claim+complete", "ledger group commit", "ops/s", "ratio", "synchronous=FULL"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("table lacks %q:\n%s", want, r.stdout)
 		}
+	}
+	if strings.Contains(r.stderr, " 1 callers") || !strings.Contains(r.stderr, "ledger claim+complete, 1 caller:") {
+		t.Errorf("progress should say \"1 caller\":\n%s", r.stderr)
 	}
 	b, err := os.ReadFile(file)
 	if err != nil {
@@ -53,12 +56,12 @@ func TestBenchBadFlags(t *testing.T) {
 		{"bench", "extra"},
 	} {
 		r := opRun(t, "", args...)
-		if r.code != 2 || !strings.Contains(r.stderr, "Usage: idem bench") {
-			t.Errorf("%v: exit %d, stderr %q; want 2 with the usage", args, r.code, r.stderr)
+		if r.code != 2 || !strings.Contains(r.stderr, "(see idem bench --help)") {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and a pointer to the help", args, r.code, r.stderr)
 		}
 	}
 	r := opRun(t, "", "bench", "--db", "mysql://x", "--duration", "100ms")
-	if r.code != 1 || !strings.Contains(r.stderr, "unknown database") {
+	if r.code != 2 || !strings.Contains(r.stderr, "unknown database") {
 		t.Errorf("unknown database: exit %d, stderr %q", r.code, r.stderr)
 	}
 }

@@ -164,7 +164,7 @@ with --after the last ID shown.
   idem jobs list --state dead                  the dead letters
   idem jobs list --queue email --state running
   idem jobs list --state dead --json | jq '.[].id'`)
-	db := fs.String("db", defaultDB(), "database URL (env IDEM_DB)")
+	db := fs.String("db", "", dbFlagHelp)
 	queue := fs.String("queue", "", "only jobs of queue `Q`")
 	kind := fs.String("kind", "", "only jobs of kind `K`")
 	pg := addJobPage(fs, "jobs", "ID")
@@ -183,8 +183,7 @@ with --after the last ID shown.
 	after, limit := &pg.after, &pg.limit
 	l, c, err := openJobs(ctx, *db, nil)
 	if err != nil {
-		fmt.Fprintln(stderr, "idem jobs list:", err)
-		return 1
+		return openFailed(stderr, "jobs list", err)
 	}
 	defer l.Close()
 	recs, err := c.List(ctx, &jobs.ListParams{Queue: *queue, State: st, Kind: *kind, AfterID: *after, Limit: *limit})
@@ -231,7 +230,7 @@ otherwise).
 
   idem jobs show 42
   idem jobs show 42 --json | jq .errors`)
-	db := fs.String("db", defaultDB(), "database URL (env IDEM_DB)")
+	db := fs.String("db", "", dbFlagHelp)
 	previewN := fs.Int("preview", 512, "show at most `N` bytes of the arguments and the result")
 	asJSON := fs.Bool("json", false, "print JSON instead of text")
 	pos, code, done := parseArgs(fs, args, stdout)
@@ -247,8 +246,7 @@ otherwise).
 	}
 	l, c, err := openJobs(ctx, *db, nil)
 	if err != nil {
-		fmt.Fprintln(stderr, "idem jobs show:", err)
-		return 1
+		return openFailed(stderr, "jobs show", err)
 	}
 	defer l.Close()
 	r, err := c.Get(ctx, id)
@@ -283,7 +281,7 @@ retried: a job that is available or running is on its way already (exit
   idem jobs list --state dead
   idem jobs retry 42
   idem jobs retry 42 --attempts 1     one more try, no retries`)
-	db := fs.String("db", defaultDB(), "database URL (env IDEM_DB)")
+	db := fs.String("db", "", dbFlagHelp)
 	attempts := fs.Int("attempts", jobs.DefaultMaxAttempts, fmt.Sprintf("give the job `N` more attempts (1…%d)", jobs.MaxAttemptLimit))
 	asJSON := fs.Bool("json", false, "print the requeued job as JSON")
 	pos, code, done := parseArgs(fs, args, stdout)
@@ -299,8 +297,7 @@ retried: a job that is available or running is on its way already (exit
 	}
 	l, c, err := openJobs(ctx, *db, &jobs.Config{MaxAttempts: *attempts})
 	if err != nil {
-		fmt.Fprintln(stderr, "idem jobs retry:", err)
-		return 1
+		return openFailed(stderr, "jobs retry", err)
 	}
 	defer l.Close()
 	r, err := c.Requeue(ctx, id)
@@ -332,7 +329,7 @@ outside its CompleteTx transaction stay made).
 
   idem jobs discard 42
   idem jobs discard 43 --force      an available job that must not run`)
-	db := fs.String("db", defaultDB(), "database URL (env IDEM_DB)")
+	db := fs.String("db", "", dbFlagHelp)
 	force := fs.Bool("force", false, "delete the job whatever its state")
 	pos, code, done := parseArgs(fs, args, stdout)
 	if done {
@@ -344,8 +341,7 @@ outside its CompleteTx transaction stay made).
 	}
 	l, c, err := openJobs(ctx, *db, nil)
 	if err != nil {
-		fmt.Fprintln(stderr, "idem jobs discard:", err)
-		return 1
+		return openFailed(stderr, "jobs discard", err)
 	}
 	defer l.Close()
 	r, err := c.Get(ctx, id)

@@ -73,15 +73,15 @@ func jobsSeed(t *testing.T) jobsSeeded {
 
 func TestJobsAndOutboxAloneListSubcommands(t *testing.T) {
 	t.Parallel()
-	r := opRun(t, "", "jobs").must(t, 0)
+	r := opRun(t, "", "jobs").must(t, 2) // like idem alone: help on stderr
 	for _, sub := range []string{"list", "show", "retry", "discard"} {
-		if !strings.Contains(r.stdout, sub) {
-			t.Errorf("idem jobs lacks %q:\n%s", sub, r.stdout)
+		if !strings.Contains(r.stderr, sub) {
+			t.Errorf("idem jobs lacks %q:\n%s", sub, r.stderr)
 		}
 	}
-	r = opRun(t, "", "outbox").must(t, 0)
-	if !strings.Contains(r.stdout, "list") || !strings.Contains(r.stdout, "redeliver") {
-		t.Errorf("idem outbox:\n%s", r.stdout)
+	r = opRun(t, "", "outbox").must(t, 2)
+	if !strings.Contains(r.stderr, "list") || !strings.Contains(r.stderr, "redeliver") {
+		t.Errorf("idem outbox:\n%s", r.stderr)
 	}
 	for _, cmd := range []string{"jobs", "outbox"} {
 		r = opRun(t, "", cmd, "drop").must(t, 2)
@@ -145,7 +145,7 @@ func TestJobsList(t *testing.T) {
 
 	for _, args := range [][]string{{"--state", "failed"}, {"--limit", "0"}, {"--after", "-1"}, {"extra"}, {"--bogus"}} {
 		r := opRun(t, "", append([]string{"jobs", "list", "--db", s.url}, args...)...)
-		if r.code != 2 || r.stdout != "" || !strings.Contains(r.stderr, "Usage:") {
+		if r.code != 2 || r.stdout != "" || !strings.Contains(r.stderr, "--help)") {
 			t.Errorf("%v: exit %d stdout %q stderr %q", args, r.code, r.stdout, r.stderr)
 		}
 	}
@@ -175,7 +175,7 @@ func TestJobsShow(t *testing.T) {
 	}
 	for _, args := range [][]string{{}, {"abc"}, {"0"}, {"1", "2"}} {
 		r := opRun(t, "", append([]string{"jobs", "show", "--db", s.url}, args...)...)
-		if r.code != 2 || !strings.Contains(r.stderr, "Usage:") {
+		if r.code != 2 || !strings.Contains(r.stderr, "--help)") {
 			t.Errorf("%v: exit %d stderr %q", args, r.code, r.stderr)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/idemdev/idem"
 	"github.com/idemdev/idem/idemtype"
@@ -13,7 +14,7 @@ import (
 
 const (
 	keysUsage     = "idem keys <list|show> [flags]"
-	keysListUsage = "idem keys list [--db URL] [--state STATE] [--stale] [--scope S] [--limit N] [--json]"
+	keysListUsage = "idem keys list [--db URL] [--state STATE] [--stale] [--scope S] [--key K] [--limit N] [--wide] [--json]"
 	keysShowUsage = "idem keys show [--db URL] [--preview N] [--json] SCOPE KEY"
 )
 
@@ -58,11 +59,19 @@ characters are printed Go-quoted.
 
   idem keys list --state parked            everything waiting for idem reconcile
   idem keys list --stale                   in progress past its lease (holder gone?)
-  idem keys list --scope acct-1 --json     one tenant's records, for scripts`)
-	db := fs.String("db", defaultDB(), "database URL (env IDEM_DB)")
+  idem keys list --scope acct-1 --json     one tenant's records, for scripts
+  idem keys list --key order-42            that key in every scope
+
+Scopes longer than 32 characters (the gateway's hashed scopes are 85) are
+shortened in the table: authorization-sha256:3f9a1c0b2d4e…; --wide or
+--json shows them whole. --key without --scope searches the newest
+100000 records; with --scope it reads the one record.`)
+	db := fs.String("db", "", dbFlagHelp)
 	state := fs.String("state", "", "only records in `STATE`: in_progress, succeeded, failed, parked, tombstone or released")
 	stale := fs.Bool("stale", false, "only in-progress records whose lease has ended")
 	scope := fs.String("scope", "", "only records in scope `S`")
+	key := fs.String("key", "", "only records of key `K` (in every scope, or in --scope)")
+	wide := fs.Bool("wide", false, "print scopes whole in the table")
 	limit := fs.Int("limit", 100, "at most `N` records (1…100000)")
 	asJSON := fs.Bool("json", false, "print a JSON array instead of a table")
 	pos, code, done := parseArgs(fs, args, stdout)
@@ -84,11 +93,10 @@ characters are printed Go-quoted.
 	}
 	l, err := openLedger(ctx, *db, nil)
 	if err != nil {
-		fmt.Fprintln(stderr, "idem keys list:", err)
-		return 1
+		return openFailed(stderr, "keys list", err)
 	}
 	defer l.Close()
-	recs, err := l.List(ctx, idemtype.ListFilter{State: st, Stale: *stale, Scope: *scope, Limit: *limit})
+	recs, err := l.List(ctx, idemtype.ListFilter{State: st, Stale: *stale, Scope: *scope, Key: *key, Limit: *limit})
 	if err != nil {
 		fmt.Fprintln(stderr, "idem keys list:", err)
 		return 1
@@ -105,7 +113,11 @@ characters are printed Go-quoted.
 	} else {
 		t := newTable(stdout, "SCOPE", "KEY", "STATE", "ATTEMPT", "UPDATED", "NOTE")
 		for _, r := range recs {
-			t.row(printable(r.Scope), printable(r.Key), string(r.State), fmt.Sprint(r.Attempt), timeText(r.UpdatedAt), recordNote(r))
+			sc := printable(r.Scope)
+			if !*wide {
+				sc = shortScope(sc)
+			}
+			t.row(sc, printable(r.Key), string(r.State), fmt.Sprint(r.Attempt), timeText(r.UpdatedAt), recordNote(r))
 		}
 		if err := t.flush(); err != nil {
 			fmt.Fprintln(stderr, "idem keys list:", err)
@@ -129,7 +141,7 @@ is text when UTF-8 and base64 otherwise. An empty scope is "".
 
   idem keys show "" order-42
   idem keys show acct-1 -- -key-with-a-dash`)
-	db := fs.String("db", defaultDB(), "database URL (env IDEM_DB)")
+	db := fs.String("db", "", dbFlagHelp)
 	previewN := fs.Int("preview", 512, "show at most `N` bytes of the stored body and metadata")
 	asJSON := fs.Bool("json", false, "print JSON instead of text")
 	pos, code, done := parseArgs(fs, args, stdout)
@@ -144,8 +156,7 @@ is text when UTF-8 and base64 otherwise. An empty scope is "".
 	}
 	l, err := openLedger(ctx, *db, nil)
 	if err != nil {
-		fmt.Fprintln(stderr, "idem keys show:", err)
-		return 1
+		return openFailed(stderr, "keys show", err)
 	}
 	defer l.Close()
 	r, err := l.Get(ctx, pos[0], pos[1])
@@ -167,6 +178,31 @@ is text when UTF-8 and base64 otherwise. An empty scope is "".
 		return 1
 	}
 	return 0
+}
+
+// shortScope shortens a long scope for the table: the gateway's scopes are
+// "name:" and 64 hex digits, shown as the name and 12 digits. The cut is
+// marked with "…", which no printed scope otherwise ends with unquoted.
+func shortScope(s string) string {
+	const max, keep = 32, 12
+	if utf8.RuneCountInString(s) <= max {
+		return s
+	}
+	if i := strings.IndexByte(s, ':'); i > 0 && i < max {
+		return s[:i+1] + firstRunes(s[i+1:], keep) + "…"
+	}
+	return firstRunes(s, max-8) + "…"
+}
+
+// firstRunes returns the first n runes of s.
+func firstRunes(s string, n int) string {
+	for i := range s {
+		if n == 0 {
+			return s[:i]
+		}
+		n--
+	}
+	return s
 }
 
 func validState(s idemtype.State) bool {

@@ -1,16 +1,22 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"log/slog"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/dburl"
 )
 
 func TestKeysAloneListsSubcommands(t *testing.T) {
 	t.Parallel()
-	r := opRun(t, "", "keys").must(t, 0)
-	if !strings.Contains(r.stdout, "list") || !strings.Contains(r.stdout, "show") {
-		t.Errorf("idem keys:\n%s", r.stdout)
+	r := opRun(t, "", "keys").must(t, 2) // like idem alone: help on stderr
+	if !strings.Contains(r.stderr, "list") || !strings.Contains(r.stderr, "show") {
+		t.Errorf("idem keys:\n%s", r.stderr)
 	}
 	r = opRun(t, "", "keys", "drop").must(t, 2)
 	if !strings.Contains(r.stderr, `unknown subcommand "drop"`) {
@@ -76,7 +82,7 @@ func TestKeysListRefusesBadInput(t *testing.T) {
 		{"--state", "done"}, {"--limit", "0"}, {"--stale", "--state", "parked"}, {"extra"},
 	} {
 		r := opRun(t, "", append([]string{"keys", "list", "--db", s.url}, args...)...)
-		if r.code != 2 || r.stdout != "" || !strings.Contains(r.stderr, "Usage:") {
+		if r.code != 2 || r.stdout != "" || !strings.Contains(r.stderr, "--help)") {
 			t.Errorf("%v: exit %d stdout %q stderr %q", args, r.code, r.stdout, r.stderr)
 		}
 	}
@@ -84,7 +90,7 @@ func TestKeysListRefusesBadInput(t *testing.T) {
 	if !strings.Contains(r.stderr, "no database at") {
 		t.Errorf("missing file: %s", r.stderr)
 	}
-	r = opRun(t, "", "keys", "list", "--db", "mysql://x").must(t, 1)
+	r = opRun(t, "", "keys", "list", "--db", "mysql://x").must(t, 2)
 	if !strings.Contains(r.stderr, "unknown database scheme") {
 		t.Errorf("bad scheme: %s", r.stderr)
 	}
@@ -135,4 +141,55 @@ func TestKeysShow(t *testing.T) {
 		t.Errorf("not found: %s", r.stderr)
 	}
 	opRun(t, "", "keys", "show", "--db", s.url, "done-1").must(t, 2)
+}
+
+// TestKeysListShortScopesAndKeyFilter: the gateway's 85-character scopes
+// are shortened in the table (whole with --wide and --json), and --key
+// finds a key in every scope, or in one (issue 10 item 4).
+func TestKeysListShortScopesAndKeyFilter(t *testing.T) {
+	t.Parallel()
+	url := "sqlite:" + filepath.Join(t.TempDir(), "idem.db")
+	ctx := context.Background()
+	l, err := dburl.Open(ctx, url, &idem.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := "authorization-sha256:" + strings.Repeat("3f9a1c0b", 8)
+	for _, op := range []idem.Op{{Scope: long, Key: "order-42"}, {Scope: "acct-1", Key: "order-42"}, {Scope: "acct-1", Key: "order-43"}} {
+		if _, err := l.Claim(ctx, op); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.Close()
+
+	r := opRun(t, "", "keys", "list", "--db", url).must(t, 0)
+	if strings.Contains(r.stdout, long) || !strings.Contains(r.stdout, "authorization-sha256:3f9a1c0b3f9a… ") {
+		t.Errorf("table does not shorten the long scope:\n%s", r.stdout)
+	}
+	for _, line := range strings.Split(r.stdout, "\n") {
+		if len([]rune(line)) > 120 {
+			t.Errorf("line of %d characters:\n%s", len([]rune(line)), line)
+		}
+	}
+	if r := opRun(t, "", "keys", "list", "--db", url, "--wide").must(t, 0); !strings.Contains(r.stdout, long) {
+		t.Errorf("--wide does not show the whole scope:\n%s", r.stdout)
+	}
+	var recs []recordJSON
+	r = opRun(t, "", "keys", "list", "--db", url, "--key", "order-42", "--json").must(t, 0)
+	if err := json.Unmarshal([]byte(r.stdout), &recs); err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 2 || recs[0].Key != "order-42" || recs[1].Key != "order-42" || (recs[0].Scope != long && recs[1].Scope != long) {
+		t.Errorf("--key order-42: %+v", recs)
+	}
+	recs = nil
+	r = opRun(t, "", "keys", "list", "--db", url, "--key", "order-42", "--scope", "acct-1", "--json").must(t, 0)
+	json.Unmarshal([]byte(r.stdout), &recs)
+	if len(recs) != 1 || recs[0].Scope != "acct-1" {
+		t.Errorf("--key order-42 --scope acct-1: %+v", recs)
+	}
+	r = opRun(t, "", "keys", "list", "--db", url, "--key", "nope").must(t, 0)
+	if strings.Count(strings.TrimSpace(r.stdout), "\n") != 0 {
+		t.Errorf("--key nope lists records:\n%s", r.stdout)
+	}
 }

@@ -24,6 +24,7 @@ type command struct {
 	name    string // "serve"
 	usage   string // "idem serve --upstream URL [flags]"
 	summary string // one line for `idem help`
+	hidden  bool   // left out of `idem help` (internal commands)
 	run     func(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int
 }
 
@@ -53,6 +54,8 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return 2
 	}
 	switch args[0] {
+	case "--version", "-version", "-v":
+		return commands["version"].run(ctx, args[1:], stdin, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 {
 			if c, ok := commands[args[1]]; ok {
@@ -64,8 +67,7 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	}
 	c, ok := commands[args[0]]
 	if !ok {
-		fmt.Fprintf(stderr, "idem: unknown command %q\n\n", args[0])
-		usage(stderr)
+		fmt.Fprintf(stderr, "idem: unknown command %q (see idem --help)\n", args[0])
 		return 2
 	}
 	return c.run(ctx, args[1:], stdin, stdout, stderr)
@@ -76,15 +78,17 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "\nUsage: idem <command> [flags]")
 	fmt.Fprintln(w, "\nCommands:")
 	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
+	for n, c := range commands {
+		if !c.hidden {
+			names = append(names, n)
+		}
 	}
 	sort.Strings(names)
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-12s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprintln(w, "\nRun 'idem <command> --help' for a command's flags. The database is --db URL or $IDEM_DB")
-	fmt.Fprintln(w, "(default sqlite:idem.db; postgres://… for many hosts).")
+	fmt.Fprintln(w, "(default sqlite:idem.db; postgres://… or host=… dbname=… for many hosts). 'idem --version' prints the version.")
 }
 
 // envOr returns the environment variable's value, or def when unset.
@@ -104,12 +108,13 @@ type subcommand struct {
 	run   func(ctx context.Context, args []string, stdout, stderr io.Writer) int
 }
 
-// runGroup dispatches args to the subcommand they name. Alone, or with
-// help, it prints the group's help; an unknown subcommand is a usage error.
+// runGroup dispatches args to the subcommand they name. With help it
+// prints the group's help; alone it prints it to stderr and exits 2, like
+// idem alone; an unknown subcommand is a usage error.
 func runGroup(ctx context.Context, group string, help func(io.Writer), subs []subcommand, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		help(stdout)
-		return 0
+		help(stderr)
+		return 2
 	}
 	switch args[0] {
 	case "help", "-h", "-help", "--help":
@@ -123,7 +128,5 @@ func runGroup(ctx context.Context, group string, help func(io.Writer), subs []su
 			}
 		}
 	}
-	fmt.Fprintf(stderr, "idem %s: unknown subcommand %q\n\n", group, args[0])
-	help(stderr)
-	return 2
+	return usagef(stderr, group, "unknown subcommand %q", args[0])
 }

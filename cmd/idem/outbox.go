@@ -84,7 +84,7 @@ host's clock. Page with --after the last JOB shown.
 
   idem outbox list --state dead
   idem outbox list --state available --json | jq '.[] | {key, next_attempt_at, last_error}'`)
-	db := fs.String("db", defaultDB(), "database URL (env IDEM_DB)")
+	db := fs.String("db", "", dbFlagHelp)
 	queue := fs.String("queue", outbox.DefaultQueue, "the outbox's jobs queue `Q` (outbox.Config.Queue)")
 	pg := addJobPage(fs, "deliveries", "JOB")
 	asJSON := fs.Bool("json", false, "print a JSON array instead of a table")
@@ -102,8 +102,10 @@ host's clock. Page with --after the last JOB shown.
 	after, limit := &pg.after, &pg.limit
 	l, ob, code, err := openOutbox(ctx, *db, outbox.Config{Queue: *queue})
 	if err != nil {
-		fmt.Fprintln(stderr, "idem outbox list:", err)
-		return code
+		if code == 2 {
+			return usagef(stderr, "outbox list", "%v", err)
+		}
+		return openFailed(stderr, "outbox list", err)
 	}
 	defer l.Close()
 	ds, err := ob.List(ctx, &outbox.ListParams{State: st, AfterJobID: *after, Limit: *limit})
@@ -139,7 +141,7 @@ relay running ('idem outbox list --state available').
   idem outbox list --state dead
   idem outbox redeliver order-42-shipped
   idem outbox redeliver campaign-7/3 --attempts 5`)
-	db := fs.String("db", defaultDB(), "database URL (env IDEM_DB)")
+	db := fs.String("db", "", dbFlagHelp)
 	queue := fs.String("queue", outbox.DefaultQueue, "the outbox's jobs queue `Q` (outbox.Config.Queue)")
 	attempts := fs.Int("attempts", jobs.DefaultMaxAttempts, fmt.Sprintf("give each delivery `N` more attempts (1…%d)", jobs.MaxAttemptLimit))
 	asJSON := fs.Bool("json", false, "print the requeued deliveries as JSON")
@@ -156,8 +158,10 @@ relay running ('idem outbox list --state available').
 	id := pos[0]
 	l, ob, code, err := openOutbox(ctx, *db, outbox.Config{Queue: *queue, MaxAttempts: *attempts})
 	if err != nil {
-		fmt.Fprintln(stderr, "idem outbox redeliver:", err)
-		return code
+		if code == 2 {
+			return usagef(stderr, "outbox redeliver", "%v", err)
+		}
+		return openFailed(stderr, "outbox redeliver", err)
 	}
 	defer l.Close()
 	ds, err := ob.Redeliver(ctx, id)

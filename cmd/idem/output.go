@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -61,23 +62,29 @@ func parseArgs(fs *flag.FlagSet, args []string, stdout io.Writer) (pos []string,
 	}
 }
 
-// usageError prints a usage mistake and the command's usage to stderr, and
-// returns exit code 2.
+// usageError prints a usage mistake as one line that points at the
+// command's help, and returns exit code 2.
 func usageError(fs *flag.FlagSet, stderr io.Writer, format string, a ...any) int {
-	fmt.Fprintf(stderr, "idem %s: %s\n", fs.Name(), fmt.Sprintf(format, a...))
-	fs.SetOutput(stderr)
-	fs.Usage()
+	return usagef(stderr, fs.Name(), format, a...)
+}
+
+// usagef is usageError for a command known by name ("keys list").
+func usagef(stderr io.Writer, name, format string, a ...any) int {
+	fmt.Fprintf(stderr, "idem %s: %s (see idem %s --help)\n", name, fmt.Sprintf(format, a...), name)
 	return 2
 }
 
-// openLedger opens the ledger at url for an operator command. It does not
-// create a database or apply the schema: a mistyped --db must fail, not
-// leave an empty SQLite file behind.
-func openLedger(ctx context.Context, url string, opts *idem.Options) (*idem.Ledger, error) {
-	if rest, ok := strings.CutPrefix(url, "sqlite:"); ok {
-		path, _, _ := strings.Cut(strings.TrimPrefix(rest, "//"), "?")
-		if _, err := os.Stat(path); err != nil {
-			return nil, fmt.Errorf("no database at %s (%v); check --db or $IDEM_DB, or create it with idem migrate", path, err)
+// openLedger opens the ledger at the --db value db for an operator
+// command. It does not create a database or apply the schema: a mistyped
+// --db must fail, not leave an empty SQLite file behind.
+func openLedger(ctx context.Context, db string, opts *idem.Options) (*idem.Ledger, error) {
+	open, u, err := openURL(db)
+	if err != nil {
+		return nil, err
+	}
+	if u.Driver == dburl.SQLite {
+		if _, err := os.Stat(u.Path); err != nil {
+			return nil, fmt.Errorf("no database at %s (%v); check --db or $IDEM_DB, or create it with idem migrate", u.Path, errors.Unwrap(err))
 		}
 	}
 	var o idem.Options
@@ -85,7 +92,7 @@ func openLedger(ctx context.Context, url string, opts *idem.Options) (*idem.Ledg
 		o = *opts
 	}
 	o.NoMigrate = true
-	return dburl.Open(ctx, url, &o)
+	return dburl.Open(ctx, open, &o)
 }
 
 // writeJSON prints v as indented JSON.

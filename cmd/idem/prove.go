@@ -12,8 +12,8 @@ import (
 	"github.com/idemdev/idem/prove"
 )
 
-const proveUsage = `idem prove [--db URL] [--scenario NAME]... [--ops N] [--workers N] [--seed S] [--json FILE]
-       idem prove --target URL [--effects-cmd CMD] [--ops N] [--workers N] [--json FILE]`
+const proveUsage = `idem prove [--db URL] [--scenario NAME]... [--ops N] [--workers N] [--seed S] [--json] [--out FILE]
+       idem prove --target URL [--effects-cmd CMD] [--ops N] [--workers N] [--json] [--out FILE]`
 
 func init() {
 	register(command{
@@ -26,6 +26,7 @@ func init() {
 		name:    "prove-worker",
 		usage:   "idem prove-worker (internal: started by idem prove, orders on stdin)",
 		summary: "(internal) a worker process of idem prove",
+		hidden:  true,
 		run: func(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return prove.WorkerMain(ctx, stdin, stdout, stderr)
 		},
@@ -42,51 +43,51 @@ func runProve(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	fs := newFlagSet("prove", proveUsage, stderr)
 	var cfg prove.Config
 	var scenarios stringList
-	fs.StringVar(&cfg.DB, "db", "", "database `URL`: empty for a temporary SQLite file, postgres for a throwaway cluster from the system's binaries, or a URL (sqlite:PATH, postgres://…) to use, and leave, your own")
+	fs.StringVar(&cfg.DB, "db", "", "database `URL`: empty or sqlite for a temporary SQLite file, postgres for a throwaway cluster from the system's binaries, or a URL (sqlite:PATH, postgres://…, host=… dbname=…) to use, and leave, your own")
 	fs.Var(&scenarios, "scenario", "run only this scenario (repeatable, or comma-separated; a name selects all its variants)")
 	fs.IntVar(&cfg.Ops, "ops", prove.DefaultOps, "operations per scenario")
 	fs.IntVar(&cfg.Workers, "workers", prove.DefaultWorkers, "worker processes at a time")
 	fs.Int64Var(&cfg.Seed, "seed", 0, "seed for the random choices (which operation dies where); 0 picks one, always printed")
 	fs.DurationVar(&cfg.Lease, "lease", prove.DefaultLease, "lease of the attacked claims; recovery waits for it")
-	jsonFile := fs.String("json", "", "also write the results as JSON to `FILE` (- for stdout, instead of the table)")
+	asJSON := fs.Bool("json", false, "print the results as JSON on stdout instead of the table")
+	outFile := fs.String("out", "", "also write the results as JSON to `FILE`")
 	historyFile := fs.String("history", "", "write every attempt (invoke, ok, fail, unknown) as JSON lines to `FILE`")
 	fs.StringVar(&cfg.Target, "target", "", "attack your own endpoint at `URL` through a gateway the prover starts")
 	fs.StringVar(&cfg.EffectsCmd, "effects-cmd", "", "with --target: a shell `CMD` that prints how many effects the endpoint performed for the key in $1 (also $IDEM_KEY)")
 	fs.BoolVar(&cfg.NoGuard, "no-guard", false, "workers skip the ledger: every attack should FAIL (shows the prover can fail)")
 	fs.Usage = func() { proveHelp(fs.Output(), fs.PrintDefaults) }
-	if code, done := parseFlags(fs, args, stdout); done {
+	pos, code, done := parseArgs(fs, args, stdout)
+	if done {
 		return code
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "idem prove: unexpected arguments %q\n", fs.Args())
-		return 2
+	if len(pos) > 0 {
+		return usageError(fs, stderr, "unexpected argument %q", pos[0])
 	}
 	if cfg.Ops < 1 || cfg.Workers < 1 {
-		fmt.Fprintln(stderr, "idem prove: --ops and --workers must be at least 1")
-		return 2
+		return usageError(fs, stderr, "--ops and --workers must be at least 1")
 	}
 	if cfg.Lease < 50*time.Millisecond {
-		fmt.Fprintln(stderr, "idem prove: --lease must be at least 50ms")
-		return 2
+		return usageError(fs, stderr, "--lease must be at least 50ms")
 	}
 	if cfg.NoGuard && cfg.Target != "" {
-		fmt.Fprintln(stderr, "idem prove: --no-guard applies to the prover's own workers, not to --target")
-		return 2
+		return usageError(fs, stderr, "--no-guard applies to the prover's own workers, not to --target")
 	}
 	if cfg.EffectsCmd != "" && cfg.Target == "" {
-		fmt.Fprintln(stderr, "idem prove: --effects-cmd needs --target")
-		return 2
+		return usageError(fs, stderr, "--effects-cmd needs --target")
 	}
 	if cfg.Target != "" {
 		if err := prove.CheckTarget(cfg.Target); err != nil {
-			fmt.Fprintln(stderr, "idem prove:", err)
-			return 2
+			return usageError(fs, stderr, "%v", err)
 		}
 	}
 	if err := prove.CheckScenarios(scenarios, cfg.Target != ""); err != nil {
-		fmt.Fprintln(stderr, "idem prove:", err)
-		return 2
+		return usageError(fs, stderr, "%v", err)
 	}
+	db, err := proverDB(cfg.DB)
+	if err != nil {
+		return usageError(fs, stderr, "%v", err)
+	}
+	cfg.DB = db
 	cfg.Scenarios = scenarios
 	exe, err := os.Executable()
 	if err != nil {
@@ -110,12 +111,17 @@ func runProve(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		fmt.Fprintln(stderr, "idem prove:", err)
 		return 1
 	}
-	if *jsonFile != "-" {
+	if *asJSON {
+		if werr := prove.WriteJSON(stdout, rep); werr != nil {
+			fmt.Fprintln(stderr, "idem prove:", werr)
+			return 1
+		}
+	} else {
 		fmt.Fprintln(stdout)
 		prove.WriteTable(stdout, rep)
 	}
-	if *jsonFile != "" {
-		if werr := writeProveJSON(*jsonFile, stdout, rep); werr != nil {
+	if *outFile != "" {
+		if werr := writeFile(*outFile, func(w io.Writer) error { return prove.WriteJSON(w, rep) }); werr != nil {
 			fmt.Fprintln(stderr, "idem prove:", werr)
 			return 1
 		}
@@ -130,15 +136,13 @@ func runProve(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	return 0
 }
 
-func writeProveJSON(name string, stdout io.Writer, rep *prove.Report) error {
-	if name == "-" {
-		return prove.WriteJSON(stdout, rep)
-	}
+// writeFile creates name and fills it with write.
+func writeFile(name string, write func(io.Writer) error) error {
 	f, err := os.Create(name)
 	if err != nil {
 		return err
 	}
-	return errors.Join(prove.WriteJSON(f, rep), f.Close())
+	return errors.Join(write(f), f.Close())
 }
 
 func proveHelp(w io.Writer, printDefaults func()) {
@@ -173,7 +177,7 @@ Examples:
   idem prove                                   every scenario on a temporary SQLite file
   idem prove --db postgres                     on a throwaway PostgreSQL (db-restart included)
   idem prove --ops 10000 --db postgres         the long run
-  idem prove --scenario crash-after-call --seed 42 --json out.json
+  idem prove --scenario crash-after-call --seed 42 --out out.json
   idem prove --no-guard --scenario duplicate-delivery   watch it fail without idem
   idem prove --target http://localhost:3000/payments --effects-cmd './count-payments "$1"'
 `)

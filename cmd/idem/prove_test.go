@@ -56,8 +56,8 @@ func TestProveHelp(t *testing.T) {
 	}
 	out.Reset()
 	dispatch(context.Background(), []string{"help"}, nil, &out, &errOut)
-	if !strings.Contains(out.String(), "prove-worker (internal)") {
-		t.Errorf("idem help does not mark prove-worker internal:\n%s", out.String())
+	if strings.Contains(out.String(), "prove-worker") {
+		t.Errorf("idem help shows the internal prove-worker:\n%s", out.String())
 	}
 }
 
@@ -74,7 +74,7 @@ func TestProveUsageErrors(t *testing.T) {
 		{[]string{"--effects-cmd", "echo 1"}, "--effects-cmd needs --target"},
 		{[]string{"--target", "ftp://example.com"}, "not an http:// or https:// URL"},
 		{[]string{"--target", "http://127.0.0.1:1", "--scenario", "crash-before-call"}, "unknown scenario"},
-		{[]string{"extra"}, "unexpected arguments"},
+		{[]string{"extra"}, "unexpected argument"},
 		{[]string{"--bogus"}, "flag provided but not defined"},
 	} {
 		var out, errOut bytes.Buffer
@@ -92,7 +92,7 @@ func TestProveRun(t *testing.T) {
 	dir := t.TempDir()
 	jsonFile, historyFile := filepath.Join(dir, "out.json"), filepath.Join(dir, "history.jsonl")
 	code, stdout, stderr := runIdem(t, "prove", "--scenario", "crash-after-commit,pause-past-lease", "--scenario", "gateway/attack",
-		"--ops", "4", "--workers", "2", "--lease", "300ms", "--seed", "42", "--json", jsonFile, "--history", historyFile)
+		"--ops", "4", "--workers", "2", "--lease", "300ms", "--seed", "42", "--out", jsonFile, "--history", historyFile)
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}

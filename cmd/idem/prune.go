@@ -45,7 +45,7 @@ touched. Each record keeps the retention it was claimed with. Safe to run
 from several hosts at once, and to interrupt (Ctrl-C stops after the
 current batch). --dry-run counts what a sweep would change now, writing
 nothing.`)
-	db := fs.String("db", defaultDB(), "database URL (env IDEM_DB)")
+	db := fs.String("db", "", dbFlagHelp)
 	dry := fs.Bool("dry-run", false, "count what would change; write nothing")
 	batch := fs.Int("batch", 1000, "change at most `N` rows of each kind per batch (1…100000)")
 	maxBatches := fs.Int("max-batches", 0, "stop after `N` batches (0: until done)")
@@ -70,8 +70,7 @@ nothing.`)
 	}
 	l, err := openLedger(ctx, *db, &idem.Options{Logger: log, HashKeysInLogs: logf.hashKeys})
 	if err != nil {
-		fmt.Fprintln(stderr, "idem prune:", err)
-		return 1
+		return openFailed(stderr, "prune", err)
 	}
 	defer l.Close()
 

@@ -5,13 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
+	"strings"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/admin"
 	"github.com/idemdev/idem/idemtype"
 )
 
-const reconcileUsage = "idem reconcile [--db URL] --as succeeded|failed|release [--result FILE] [--status N] [--force] [--json] SCOPE KEY"
+const reconcileUsage = "idem reconcile [--db URL] --as succeeded|failed|release [--status N] [--header 'Name: value']... [--result FILE] [--force] [--json] SCOPE KEY"
 
 // maxResultFile bounds --result: a stored result is replayed to every
 // retry, so it should be what the operation returned, not a dump.
@@ -37,18 +40,26 @@ downstream (by the key, which idem forwarded) what happened, then:
   --as failed      it ran and failed for good: stored and replayed likewise
   --as release     it certainly did not happen: the next claim runs it again
 
+For a record made by the HTTP layer (idem serve, idemhttp: its fingerprint
+starts http-sha256:) every retry is answered with what is stored, so
+--status is required (the upstream's, such as 201), --header adds response
+headers, and a --result body needs --header 'Content-Type: …'. Other
+records take no headers.
+
 A record in progress under a live lease is refused (exit 1): its holder may
 still be working. --force resolves it anyway and fences the holder out (its
 own completion fails with a lost lease); use it only when you know the
 holder is gone. Completed records are never changed.
 
   idem keys list --state parked
-  idem reconcile acct-1 order-42 --as succeeded --status 201 --result charge.json
+  idem reconcile acct-1 order-42 --as succeeded --status 201 --header 'Content-Type: application/json' --result charge.json
   idem reconcile "" nightly-2030-01-02 --as release`)
-	db := fs.String("db", defaultDB(), "database URL (env IDEM_DB)")
+	db := fs.String("db", "", dbFlagHelp)
 	as := fs.String("as", "", "the decision: succeeded, failed or release (required)")
 	resultFile := fs.String("result", "", "store the contents of `FILE` (- for stdin, at most 16 MiB) as the result body")
-	status := fs.Int("status", 0, "store status `N` with the result (HTTP faces replay it: give the upstream's status)")
+	status := fs.Int("status", 0, "store status `N` with the result (required for HTTP records: give the upstream's status)")
+	var headers stringList
+	fs.Var(&headers, "header", "store response header `'Name: value'` with an HTTP record's result (repeatable; Content-Type is needed with a body)")
 	force := fs.Bool("force", false, "resolve even under a live lease, fencing its holder out")
 	asJSON := fs.Bool("json", false, "print the resolved record as JSON")
 	logf := addLogFlags(fs, "info")
@@ -72,11 +83,22 @@ holder is gone. Completed records are never changed.
 	default:
 		return usageError(fs, stderr, "--as %q: want succeeded, failed or release", *as)
 	}
-	if st == idemtype.StateReleased && (*resultFile != "" || *status != 0) {
-		return usageError(fs, stderr, "--as release stores no result; drop --result and --status")
+	if st == idemtype.StateReleased && (*resultFile != "" || *status != 0 || len(headers) > 0) {
+		return usageError(fs, stderr, "--as release stores no result; drop --result, --status and --header")
 	}
 	if *status < 0 || *status > 999 {
 		return usageError(fs, stderr, "--status %d: want 0…999", *status)
+	}
+	var header http.Header
+	for _, h := range headers {
+		name, value, ok := strings.Cut(h, ":")
+		if !ok || strings.TrimSpace(name) == "" {
+			return usageError(fs, stderr, "--header %q: want 'Name: value'", h)
+		}
+		if header == nil {
+			header = http.Header{}
+		}
+		header.Add(strings.TrimSpace(name), strings.TrimSpace(value))
 	}
 	log, err := logf.logger(stderr)
 	if err != nil {
@@ -86,19 +108,30 @@ holder is gone. Completed records are never changed.
 	if *resultFile != "" {
 		body, err = readResult(*resultFile, stdin)
 		if err != nil {
-			fmt.Fprintln(stderr, "idem reconcile:", err)
-			return 2
+			return usageError(fs, stderr, "%v", err)
 		}
 	}
 
 	l, err := openLedger(ctx, *db, &idem.Options{Logger: log, HashKeysInLogs: logf.hashKeys})
 	if err != nil {
-		fmt.Fprintln(stderr, "idem reconcile:", err)
-		return 1
+		return openFailed(stderr, "reconcile", err)
 	}
 	defer l.Close()
 	scope, key := pos[0], pos[1]
-	rec, err := l.Resolve(ctx, scope, key, idem.Resolution{As: st, Result: idem.Result{Status: *status, Body: body}, Force: *force})
+	// The record decides what a result needs (admin.Settlement: the page
+	// and this command share the rules); Resolve checks its state again.
+	rec, err := l.Get(ctx, scope, key)
+	if err == nil && (rec.State == idemtype.StateParked || rec.State == idemtype.StateInProgress) {
+		var res idem.Resolution
+		res, err = admin.Settlement{As: st, Status: *status, Header: header, Body: body, Force: *force}.Resolution(rec)
+		if err != nil {
+			fmt.Fprintf(stderr, "idem reconcile: refused: scope %s key %s: %v\n", printable(scope), printable(key), err)
+			return 1
+		}
+		rec, err = l.Resolve(ctx, scope, key, res)
+	} else if err == nil {
+		err = errors.New("completed") // refused below, by its state
+	}
 	switch {
 	case errors.Is(err, idem.ErrNotFound):
 		fmt.Fprintf(stderr, "idem reconcile: no record for scope %s key %s\n", printable(scope), printable(key))

@@ -1,13 +1,19 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/dburl"
+	"github.com/idemdev/idem/idemhttp"
 	"github.com/idemdev/idem/idemtype"
 )
 
@@ -97,5 +103,81 @@ func TestReconcileRefusesBadInput(t *testing.T) {
 	}
 	if rec, _ := s.get(t, "", "parked-1"); rec.State != idemtype.StateParked {
 		t.Errorf("a refused command changed the record: %s", rec.State)
+	}
+}
+
+// TestReconcileHTTPRecordNeedsAStatus: a record made by the HTTP layer is
+// not resolved as succeeded without --status (it would replay as an
+// empty 200 for the whole retention), a body needs its Content-Type, and
+// what is stored replays through the middleware (issue 10 item 11).
+func TestReconcileHTTPRecordNeedsAStatus(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	db := "sqlite:" + filepath.Join(dir, "idem.db")
+	ctx := context.Background()
+	l, err := dburl.Open(ctx, db, &idem.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := idemhttp.Middleware(l, &idemhttp.Options{Logger: slog.New(slog.DiscardHandler)})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		idemhttp.Unknown(r.Context()) // the upstream timed out: outcome unknown
+		w.WriteHeader(http.StatusGatewayTimeout)
+	}))
+	charge := func() *httptest.ResponseRecorder {
+		req := httptest.NewRequest("POST", "/charges", strings.NewReader(`{"amount":1000}`))
+		req.Header.Set("Idempotency-Key", "order-42")
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	charge()
+	l.Close()
+	body := filepath.Join(dir, "charge.json")
+	os.WriteFile(body, []byte(`{"id":"ch_42"}`), 0o600)
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--as", "succeeded"}, "a status is required"},
+		{[]string{"--as", "succeeded", "--result", body}, "a status is required"},
+		{[]string{"--as", "succeeded", "--status", "201", "--result", body}, "needs a Content-Type"},
+		{[]string{"--as", "succeeded", "--status", "201", "--header", "Set-Cookie: a=b"}, "cannot be stored"},
+	} {
+		r := opRun(t, "", append([]string{"reconcile", "--db", db, "--force", "", "order-42"}, tc.args...)...).must(t, 1)
+		if !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%v: stderr %q, want %q", tc.args, r.stderr, tc.want)
+		}
+	}
+	if r := opRun(t, "", "reconcile", "--db", db, "--force", "", "order-42", "--as", "release", "--header", "Content-Type: text/plain").must(t, 2); !strings.Contains(r.stderr, "stores no result") {
+		t.Errorf("release with --header: %q", r.stderr)
+	}
+	opRun(t, "", "reconcile", "--db", db, "--force", "", "order-42", "--as", "succeeded", "--status", "201",
+		"--header", "Content-Type: application/json", "--result", body).must(t, 0)
+
+	l, err = dburl.Open(ctx, db, &idem.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	h = idemhttp.Middleware(l, &idemhttp.Options{Logger: slog.New(slog.DiscardHandler)})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Error("a resolved key ran again")
+	}))
+	if rec := charge(); rec.Code != 201 || rec.Header().Get("Content-Type") != "application/json" || rec.Body.String() != `{"id":"ch_42"}` {
+		t.Errorf("replay: %d %v %q", rec.Code, rec.Header(), rec.Body.String())
+	}
+}
+
+// TestReconcileOtherRecordTakesNoHeaders: headers are for HTTP records.
+func TestReconcileOtherRecordTakesNoHeaders(t *testing.T) {
+	t.Parallel()
+	s := opSeed(t)
+	r := opRun(t, "", "reconcile", "--db", s.url, "", "parked-1", "--as", "succeeded", "--header", "Content-Type: text/plain").must(t, 1)
+	if !strings.Contains(r.stderr, "only for records made by the HTTP layer") {
+		t.Errorf("stderr: %q", r.stderr)
+	}
+	if rec, _ := s.get(t, "", "parked-1"); rec.State != idemtype.StateParked {
+		t.Errorf("record changed: %s", rec.State)
 	}
 }

@@ -37,6 +37,7 @@ func init() {
 // serveConfig is everything `idem serve` was told.
 type serveConfig struct {
 	upstream, listen, db, admin   string
+	openDB, driver                string // --db as idem.Open takes it, and its driver (check)
 	adminToken                    string
 	adminWrite                    bool
 	pruneEvery                    time.Duration
@@ -58,7 +59,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	c := &serveConfig{maxBody: idemhttp.DefaultMaxBody, maxResponse: idemhttp.DefaultMaxResponse}
 	fs.StringVar(&c.upstream, "upstream", "", "`URL` of the API to put idem in front of (required unless --demo)")
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "`address` to serve on")
-	fs.StringVar(&c.db, "db", "sqlite:idem.db", "ledger database `URL`: sqlite:PATH, or postgres://… for several gateways")
+	fs.StringVar(&c.db, "db", "sqlite:idem.db", "ledger database `URL`: sqlite:PATH, or postgres://… (or host=… dbname=…) for several gateways")
 	fs.StringVar(&c.admin, "admin", "", "`address` for the admin page, /healthz and /metrics (off when empty)")
 	fs.StringVar(&c.adminToken, "admin-token", "", "`token` required by the admin page (needed when --admin is not loopback; at least 16 bytes)")
 	fs.BoolVar(&c.adminWrite, "admin-write", false, "let the admin page reconcile parked and stale claims")
@@ -118,12 +119,11 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return code
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "idem serve: unexpected argument %q\n", fs.Arg(0))
-		return 2
+		return usageError(fs, stderr, "unexpected argument %q", fs.Arg(0))
 	}
 	if errs := c.check(); len(errs) > 0 {
 		for _, err := range errs {
-			fmt.Fprintf(stderr, "idem serve: %v\n", err)
+			usageError(fs, stderr, "%v", err)
 		}
 		return 2
 	}
@@ -157,8 +157,10 @@ func (c *serveConfig) check() []error {
 			bad("admin", "%q: %v", c.admin, err)
 		}
 	}
-	if !strings.HasPrefix(c.db, "sqlite:") && !strings.HasPrefix(c.db, "sqlite3:") && !strings.HasPrefix(c.db, "postgres://") && !strings.HasPrefix(c.db, "postgresql://") {
-		bad("db", "%q: want sqlite:PATH or postgres://…", c.db)
+	if open, u, err := openURL(c.db); err != nil {
+		errs = append(errs, err) // says --db, never the password
+	} else {
+		c.openDB, c.driver = open, u.Driver
 	}
 	if c.lease < time.Millisecond || c.lease > 7*24*time.Hour {
 		bad("lease", "%v is outside [1ms, 168h]", c.lease)
@@ -253,12 +255,11 @@ func (c *serveConfig) run(ctx context.Context, stdout, stderr io.Writer) int {
 	c.ledgerOpts.Logger, c.ledgerOpts.HashKeysInLogs = log, c.log.hashKeys
 	c.idemOpts.Logger = log
 
-	driverName, _, _ := strings.Cut(c.db, ":")
-	m := metrics.New(strings.TrimSuffix(strings.TrimSuffix(driverName, "ql"), "3"))
+	m := metrics.New(c.driver)
 	c.ledgerOpts.Observer = m.FaceObserver(metrics.FaceGateway)
 
 	openCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	l, err := dburl.Open(openCtx, c.db, &c.ledgerOpts)
+	l, err := dburl.Open(openCtx, c.openDB, &c.ledgerOpts)
 	cancel()
 	if err != nil {
 		fmt.Fprintf(stderr, "idem serve: %v\n", err)
@@ -312,12 +313,12 @@ func (c *serveConfig) run(ctx context.Context, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "idem serve: --admin: %v\n", err)
 			return 1
 		}
-		ah, err := admin.New(l, &admin.Options{Addr: c.admin, Token: c.adminToken, Write: c.adminWrite, Metrics: m, Logger: log,
+		ah, err := admin.New(l, &admin.Options{Addr: c.admin, Token: c.adminToken, Write: c.adminWrite, Metrics: m, Logger: log, HashKeys: c.log.hashKeys,
 			DeadJobs: admin.LedgerDeadJobs(l)})
 		if err != nil {
 			srv.Close()
 			aln.Close()
-			fmt.Fprintf(stderr, "idem serve: --admin: %v\n", err)
+			fmt.Fprintf(stderr, "idem serve: %v\n", err) // admin's errors name their flag
 			return 2
 		}
 		adminSrv = &http.Server{Handler: ah, ReadHeaderTimeout: 10 * time.Second}
@@ -338,7 +339,7 @@ func (c *serveConfig) run(ctx context.Context, stdout, stderr io.Writer) int {
 	}
 
 	fmt.Fprintf(stderr, "idem serve: listening on http://%s, forwarding to %s, ledger %s (lease %v, retention %v)\n",
-		addr, c.upstreamURL, redactDB(c.db), c.lease, c.retention)
+		addr, c.upstreamURL, dburl.Redact(c.db), c.lease, c.retention)
 	select {
 	case <-ctx.Done():
 	case err := <-failed:
@@ -383,14 +384,6 @@ func pruneLoop(ctx context.Context, l *idem.Ledger, every time.Duration, log *sl
 			}
 		}
 	}
-}
-
-// redactDB hides a password in a database URL for logs.
-func redactDB(db string) string {
-	if u, err := url.Parse(db); err == nil && u.User != nil {
-		return u.Redacted()
-	}
-	return db
 }
 
 // byteSize is a flag value in bytes, written as 1048576, 512KiB, 1MiB,

@@ -40,11 +40,11 @@ func testMigrate(t *testing.T, s *suite) {
 		if c, err := l.Claim(f.ctx, idem.Op{Key: "k"}); err == nil {
 			t.Fatalf("claim on a database without schema: %+v, want an error", c)
 		}
-		if err := l.Driver().Migrate(f.ctx); err != nil {
-			t.Fatal(err)
+		if added, err := l.Driver().Migrate(f.ctx); err != nil || len(added) != len(l.Driver().Migrations()) {
+			t.Fatalf("Migrate on a database without schema: applied %d of %d, %v", len(added), len(l.Driver().Migrations()), err)
 		}
-		if err := l.Driver().Migrate(f.ctx); err != nil {
-			t.Fatalf("second Migrate: %v", err)
+		if added, err := l.Driver().Migrate(f.ctx); err != nil || len(added) != 0 {
+			t.Fatalf("second Migrate: applied %d, %v; want none", len(added), err)
 		}
 		mustClaim(t, f.ctx, l, idem.Op{Key: "k"}, idem.Acquired)
 	})

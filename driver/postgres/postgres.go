@@ -82,10 +82,10 @@ func (d *Driver) Setup(ctx context.Context, cfg driver.Config) error {
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := d.pool.Ping(pctx); err != nil {
-		return fmt.Errorf("postgres: connect to %s: %w", redact(d.cc), err)
+		return fmt.Errorf("postgres: connect to %s: %w", server(d.cc), err)
 	}
 	if !cfg.NoMigrate {
-		if err := d.Migrate(ctx); err != nil {
+		if _, err := d.Migrate(ctx); err != nil {
 			return err
 		}
 	}
@@ -93,8 +93,8 @@ func (d *Driver) Setup(ctx context.Context, cfg driver.Config) error {
 	return nil
 }
 
-// redact names the server without the password.
-func redact(cc *pgx.ConnConfig) string {
+// server names the server, from the parsed config: nothing in it is secret.
+func server(cc *pgx.ConnConfig) string {
 	return fmt.Sprintf("host=%s port=%d user=%s database=%s", cc.Host, cc.Port, cc.User, cc.Database)
 }
 
@@ -130,19 +130,20 @@ func (d *Driver) Migrations() []driver.Migration { return d.migs }
 
 // Migrate applies the schema inside one transaction holding an advisory
 // lock, so concurrent openers on many hosts apply each step once.
-func (d *Driver) Migrate(ctx context.Context) error {
+func (d *Driver) Migrate(ctx context.Context) ([]driver.Migration, error) {
 	tx, err := d.db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("postgres: migrate: %w", err)
+		return nil, fmt.Errorf("postgres: migrate: %w", err)
 	}
 	defer tx.Rollback()
 	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(7152380910)`); err != nil {
-		return fmt.Errorf("postgres: migrate lock: %w", err)
+		return nil, fmt.Errorf("postgres: migrate lock: %w", err)
 	}
-	if err := driver.ApplyMigrations(ctx, tx, d.migs, Rebind); err != nil {
-		return fmt.Errorf("postgres: %w", err)
+	added, err := driver.ApplyMigrations(ctx, tx, d.migs, Rebind)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	return tx.Commit()
+	return added, tx.Commit()
 }
 
 // Close waits for the group commits in flight, then closes the committers'

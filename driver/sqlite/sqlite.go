@@ -113,7 +113,7 @@ func (d *Driver) Setup(ctx context.Context, cfg driver.Config) error {
 	}
 	d.w = newWriter(conn)
 	if !cfg.NoMigrate {
-		if err := d.Migrate(ctx); err != nil {
+		if _, err := d.Migrate(ctx); err != nil {
 			d.w.close()
 			return err
 		}
@@ -198,16 +198,17 @@ func (d *Driver) Migrations() []driver.Migration { return d.migs }
 
 // Migrate applies the schema under BEGIN IMMEDIATE, so concurrent openers
 // (several processes on one file) apply each step once.
-func (d *Driver) Migrate(ctx context.Context) error {
+func (d *Driver) Migrate(ctx context.Context) ([]driver.Migration, error) {
 	tx, err := d.w.begin(ctx)
 	if err != nil {
-		return fmt.Errorf("sqlite: migrate: %w", err)
+		return nil, fmt.Errorf("sqlite: migrate: %w", err)
 	}
 	defer tx.Rollback()
-	if err := driver.ApplyMigrations(ctx, tx, d.migs, func(s string) string { return s }); err != nil {
-		return fmt.Errorf("sqlite: %w", err)
+	added, err := driver.ApplyMigrations(ctx, tx, d.migs, func(s string) string { return s })
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: %w", err)
 	}
-	return tx.Commit()
+	return added, tx.Commit()
 }
 
 // Close waits for the group commit in flight and gives the writer

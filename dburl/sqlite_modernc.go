@@ -1,0 +1,7 @@
+package dburl
+
+import _ "modernc.org/sqlite" // registers "sqlite"
+
+func init() {
+	sqliteLibraries["modernc"] = openSQLiteModernc
+}
