@@ -20,6 +20,7 @@ package bench
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -32,6 +33,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idemdev/idem"
 	"github.com/idemdev/idem/dburl"
 	"github.com/idemdev/idem/internal/pgtest"
 )
@@ -42,10 +44,11 @@ const (
 	GroupGroupCommit = "groupcommit" // group commit vs one commit per write
 	GroupJobs        = "jobs"        // enqueue, claim+complete vs hand-written loops
 	GroupGateway     = "gateway"     // keyed POSTs vs a bare reverse proxy
+	GroupSQLite      = "sqlite"      // the pure-Go SQLite library vs the cgo one
 )
 
 // Groups lists every row group.
-var Groups = []string{GroupLedger, GroupGroupCommit, GroupJobs, GroupGateway}
+var Groups = []string{GroupLedger, GroupGroupCommit, GroupJobs, GroupGateway, GroupSQLite}
 
 // Defaults for a zero Options field.
 var (
@@ -180,7 +183,8 @@ func Run(ctx context.Context, opts *Options) ([]Result, error) {
 type runner struct {
 	o           Options
 	db          *database
-	ledgerCache map[int]ledgerStat // by concurrency: the ledger and group-commit rows share it
+	ledgerCache map[int]ledgerStat       // by concurrency: the ledger and group-commit rows share it
+	hand        map[*idem.Ledger]*sql.DB // the baselines' own SQLite pools (handDB)
 }
 
 func (r *runner) group(ctx context.Context, g string) ([]Result, error) {
@@ -191,6 +195,8 @@ func (r *runner) group(ctx context.Context, g string) ([]Result, error) {
 		return r.groupCommitRows(ctx)
 	case GroupJobs:
 		return r.jobRows(ctx)
+	case GroupSQLite:
+		return r.sqliteRows(ctx)
 	default:
 		return r.gatewayRows(ctx)
 	}
@@ -209,6 +215,7 @@ var quiet = slog.New(slog.DiscardHandler)
 type database struct {
 	driver     string // sqlite or postgres
 	durability string // e.g. "synchronous=FULL" or "fsync=on synchronous_commit=on"
+	sync       string // SQLite's synchronous setting: full or normal
 	fresh      func(ctx context.Context) (url string, err error)
 	close      func()
 	// shared: fresh returns the same database every time; each measurement
@@ -231,7 +238,7 @@ func openDatabase(ctx context.Context, spec string) (*database, error) {
 			return nil, fmt.Errorf("bench: %w", err)
 		}
 		return &database{
-			driver: "sqlite", durability: "synchronous=FULL (WAL)",
+			driver: "sqlite", durability: "synchronous=FULL (WAL)", sync: "full",
 			fresh: func(context.Context) (string, error) {
 				return "sqlite:" + filepath.Join(dir, name("bench")+".db"), nil
 			},
@@ -256,11 +263,11 @@ func openDatabase(ctx context.Context, spec string) (*database, error) {
 		return &database{driver: "postgres", durability: "as configured on the server", shared: true,
 			fresh: func(context.Context) (string, error) { return spec, nil }, close: func() {}}, nil
 	}
-	dur := "synchronous=FULL (WAL)"
+	dur, sync := "synchronous=FULL (WAL)", "full"
 	if strings.EqualFold(u.Options.Get("synchronous"), "normal") {
-		dur = "synchronous=NORMAL (WAL)"
+		dur, sync = "synchronous=NORMAL (WAL)", "normal"
 	}
-	return &database{driver: "sqlite", durability: dur, shared: true,
+	return &database{driver: "sqlite", durability: dur, sync: sync, shared: true,
 		fresh: func(context.Context) (string, error) { return spec, nil }, close: func() {}}, nil
 }
 

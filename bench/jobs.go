@@ -76,7 +76,7 @@ func (r *runner) enqueueRow(ctx context.Context, c int) (Result, error) {
 	}
 	defer done()
 	r.progress("jobs enqueue, %s: idem, hand-written SQL", callers(c))
-	st, err := compare(ctx, c, r.o.Duration, side{name: "idem", op: idemOp}, side{name: "baseline", op: handEnqueue(handL, handQueue)})
+	st, err := compare(ctx, c, r.o.Duration, side{name: "idem", op: idemOp}, side{name: "baseline", op: handEnqueue(r.handDB(handL), handL.Driver().Name(), handQueue)})
 	if err != nil {
 		return Result{}, fmt.Errorf("enqueue, %s: %w", callers(c), err)
 	}
@@ -112,10 +112,10 @@ func (r *runner) claimCompleteRow(ctx context.Context, c int) (Result, error) {
 		for k := range 2 {
 			if (k == 0) == (round%2 == 0) {
 				queue := r.queueName()
-				if err := prefill(ctx, handL, queue, int(100_000*total)); err != nil {
+				if err := prefill(ctx, r.handDB(handL), handL.Driver().Name(), queue, int(100_000*total)); err != nil {
 					return Result{}, err
 				}
-				st, err := closedLoop(ctx, c, warm, slice, handClaimComplete100(handL, queue))
+				st, err := closedLoop(ctx, c, warm, slice, handClaimComplete100(r.handDB(handL), handL.Driver().Name(), queue))
 				r.dropQueue(handL, queue)
 				if err != nil {
 					return Result{}, fmt.Errorf("hand-written job loop: %w", err)
@@ -126,7 +126,7 @@ func (r *runner) claimCompleteRow(ctx context.Context, c int) (Result, error) {
 			queue := r.queueName()
 			// Enough jobs that the queue outlasts the slice at the loop's rate.
 			n := max(20_000, int(1.5*max(hand.PerSec(), 20_000)*total))
-			if err := prefill(ctx, idemL, queue, n); err != nil {
+			if err := prefill(ctx, idemL.DB(), idemL.Driver().Name(), queue, n); err != nil {
 				return Result{}, err
 			}
 			st, err := r.workJobs(ctx, idemL, queue, workers, n, warm, slice)
@@ -287,8 +287,7 @@ var handJobSQL = map[string]struct{ enqueue, prefill, claim, complete string }{
 	},
 }
 
-func handEnqueue(l *idem.Ledger, queue string) opFunc {
-	db, drv := l.Driver().DB(), l.Driver().Name()
+func handEnqueue(db *sql.DB, drv, queue string) opFunc {
 	q := handJobSQL[drv].enqueue
 	return one(func(ctx context.Context, w int, seq int64) error {
 		args := []byte(`{"n":` + strconv.FormatInt(seq, 10) + `}`)
@@ -301,8 +300,7 @@ func handEnqueue(l *idem.Ledger, queue string) opFunc {
 }
 
 // prefill enqueues n jobs in one statement, before the clock starts.
-func prefill(ctx context.Context, l *idem.Ledger, queue string, n int) error {
-	db, drv := l.Driver().DB(), l.Driver().Name()
+func prefill(ctx context.Context, db *sql.DB, drv, queue string, n int) error {
 	var err error
 	if drv == "sqlite" {
 		_, err = db.ExecContext(ctx, handJobSQL[drv].prefill, queue, n, time.Now().UnixMilli())
@@ -318,8 +316,7 @@ func prefill(ctx context.Context, l *idem.Ledger, queue string, n int) error {
 // handClaimComplete100 is one round of the hand-written worker loop: claim
 // up to 100 due jobs in one short transaction, run them (they do nothing),
 // complete them all with one fenced UPDATE.
-func handClaimComplete100(l *idem.Ledger, queue string) opFunc {
-	db, drv := l.Driver().DB(), l.Driver().Name()
+func handClaimComplete100(db *sql.DB, drv, queue string) opFunc {
 	q := handJobSQL[drv]
 	return func(ctx context.Context, w int, seq int64) (int, error) {
 		leaseID := rand.Int64()

@@ -75,7 +75,7 @@ func (r *runner) ledgerStats(ctx context.Context, c int) (ledgerStat, error) {
 			return st, err
 		}
 		defer done()
-		sides = append(sides, side{name: "baseline", op: handClaimComplete(l, scope)})
+		sides = append(sides, side{name: "baseline", op: handClaimComplete(r.handDB(l), l.Driver().Name(), scope)})
 		stats = append(stats, &st.hand)
 		names = append(names, "hand-written SQL")
 	}
@@ -107,9 +107,21 @@ func (r *runner) ledgerStats(ctx context.Context, c int) (ledgerStat, error) {
 // openLedger opens a ledger on a fresh database with a scope of its own;
 // done closes it (deleting the scope's rows on a shared database).
 func (r *runner) openLedger(ctx context.Context, opts *idem.Options) (l *idem.Ledger, scope string, done func(), err error) {
+	return r.openLedgerOn(ctx, nil, opts)
+}
+
+// openLedgerURL is openLedger on a database URL that edit rewrites.
+func (r *runner) openLedgerURL(ctx context.Context, edit func(string) string) (l *idem.Ledger, scope string, done func(), err error) {
+	return r.openLedgerOn(ctx, edit, nil)
+}
+
+func (r *runner) openLedgerOn(ctx context.Context, edit func(string) string, opts *idem.Options) (l *idem.Ledger, scope string, done func(), err error) {
 	url, err := r.db.fresh(ctx)
 	if err != nil {
 		return nil, "", nil, err
+	}
+	if edit != nil {
+		url = edit(url)
 	}
 	o := idem.Options{}
 	if opts != nil {
@@ -123,6 +135,10 @@ func (r *runner) openLedger(ctx context.Context, opts *idem.Options) (l *idem.Le
 	return l, scope, func() {
 		if r.db.shared {
 			deleteScope(l, r.db.driver, scope)
+		}
+		if h := r.hand[l]; h != nil {
+			h.Close()
+			delete(r.hand, l)
 		}
 		l.Close()
 	}, nil
@@ -181,8 +197,7 @@ var handSQL = map[string]struct{ claim, complete string }{
 	},
 }
 
-func handClaimComplete(l *idem.Ledger, scope string) opFunc {
-	db, drv := l.Driver().DB(), l.Driver().Name()
+func handClaimComplete(db *sql.DB, drv, scope string) opFunc {
 	q := handSQL[drv]
 	var ks keys
 	return one(func(ctx context.Context, w int, seq int64) error {
@@ -212,4 +227,34 @@ func handClaimComplete(l *idem.Ledger, scope string) opFunc {
 		}
 		return nil
 	})
+}
+
+// handDB is where a hand-written baseline on l's database runs: the
+// ledger's pool on PostgreSQL; on SQLite a pool of one connection to the
+// same file, so that the baseline's writers queue in Go, as a hand-written
+// SQLite writer must (many connections spinning on busy_timeout starve each
+// other) and as idem's own writer does.
+func (r *runner) handDB(l *idem.Ledger) *sql.DB {
+	if l.Driver().Name() != "sqlite" {
+		return l.DB()
+	}
+	if h := r.hand[l]; h != nil {
+		return h
+	}
+	var seq int
+	var name, file string
+	if err := l.DB().QueryRow(`PRAGMA database_list`).Scan(&seq, &name, &file); err != nil {
+		return l.DB() // the baseline then measures the shared pool; the row still runs
+	}
+	drv, err := dburl.OpenDriver(context.Background(), "sqlite:"+file+"?synchronous="+r.db.sync)
+	if err != nil {
+		return l.DB()
+	}
+	h := drv.DB()
+	h.SetMaxOpenConns(1)
+	if r.hand == nil {
+		r.hand = map[*idem.Ledger]*sql.DB{}
+	}
+	r.hand[l] = h
+	return h
 }

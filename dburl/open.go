@@ -62,7 +62,8 @@ func openSQLite(u URL) (driver.Driver, error) {
 	if open == nil {
 		return nil, fmt.Errorf("sqlite: library=%s is not in this build (built without cgo: use library=modernc)", lib)
 	}
-	db, err := open(u.SQLiteURI())
+	sync := sqlite.Synchronous(strings.ToUpper(cmp.Or(u.Options.Get("synchronous"), "full")))
+	db, err := open(u.SQLiteURI(), sync)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", u.Path, err)
 	}
@@ -71,19 +72,31 @@ func openSQLite(u URL) (driver.Driver, error) {
 	db.SetMaxIdleConns(n)
 	db.SetConnMaxIdleTime(0)
 	db.SetConnMaxLifetime(0)
-	sync := sqlite.Synchronous(strings.ToUpper(u.Options.Get("synchronous")))
 	return sqlite.New(db, &sqlite.Options{Synchronous: sync, CloseDB: true}), nil
+}
+
+// SQLiteLibraries reports which SQLite libraries this build can open
+// (library=mattn needs cgo; library=modernc is always there).
+func SQLiteLibraries() map[string]bool {
+	out := map[string]bool{}
+	for name := range sqliteLibraries {
+		out[name] = true
+	}
+	return out
 }
 
 // sqliteLibraries opens a "file:" URI with each SQLite library in the
 // build; the files sqlite_cgo.go and sqlite_modernc.go fill it in.
-var sqliteLibraries = map[string]func(uri string) (*sql.DB, error){}
+// Every connection of the pool runs with the durability the URL asks for,
+// so that the application's own transactions on it (the ones it hands to
+// the ...Tx methods) commit idem's records as durably as idem does.
+var sqliteLibraries = map[string]func(uri string, sync sqlite.Synchronous) (*sql.DB, error){}
 
 // openSQLiteModernc opens uri with modernc.org/sqlite. _txlock=immediate
 // makes the application's transactions on this pool take SQLite's write
 // lock at BEGIN, so they never fail with SQLITE_BUSY after reading.
-func openSQLiteModernc(uri string) (*sql.DB, error) {
-	return sql.Open("sqlite", uri+"?_txlock=immediate&_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)")
+func openSQLiteModernc(uri string, sync sqlite.Synchronous) (*sql.DB, error) {
+	return sql.Open("sqlite", uri+"?_txlock=immediate&_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)&_pragma=synchronous("+string(sync)+")")
 }
 
 func openPostgres(ctx context.Context, u URL) (driver.Driver, error) {

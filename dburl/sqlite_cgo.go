@@ -5,6 +5,8 @@ package dburl
 import (
 	"database/sql"
 
+	"github.com/idemdev/idem/driver/sqlite"
+
 	_ "github.com/mattn/go-sqlite3" // registers "sqlite3"
 )
 
@@ -19,6 +21,6 @@ func init() {
 // openSQLiteMattn opens uri with mattn/go-sqlite3. _stmt_cache_size keeps
 // the hot statements prepared on each connection: preparing them again for
 // every call cost more CPU than running them.
-func openSQLiteMattn(uri string) (*sql.DB, error) {
-	return sql.Open("sqlite3", uri+"?_txlock=immediate&_busy_timeout=10000&_foreign_keys=on&_stmt_cache_size=64")
+func openSQLiteMattn(uri string, sync sqlite.Synchronous) (*sql.DB, error) {
+	return sql.Open("sqlite3", uri+"?_txlock=immediate&_busy_timeout=10000&_foreign_keys=on&_stmt_cache_size=64&_synchronous="+string(sync))
 }

@@ -39,6 +39,8 @@ latency and the ratio idem/baseline:
                (FOR UPDATE SKIP LOCKED on PostgreSQL, BEGIN IMMEDIATE on SQLite)
   gateway      keyed POSTs through idem's gateway vs a bare
                httputil.ReverseProxy, in front of the same loopback upstream
+  sqlite       the ledger on modernc.org/sqlite (pure Go) vs mattn/go-sqlite3
+               (cgo); SQLite in a cgo build only
 
 --db sqlite (the default) measures a new file in a temporary directory
 (synchronous=FULL); --db postgres starts a throwaway PostgreSQL cluster from

@@ -61,7 +61,7 @@ func TestGroupCommitCrash(t *testing.T) {
 
 // testOpen opens and sets up a driver on path with mattn/go-sqlite3.
 func testOpen(path string) (*Driver, error) {
-	db, err := sql.Open("sqlite3", "file:"+path+"?_txlock=immediate&_busy_timeout=10000")
+	db, err := sql.Open("sqlite3", "file:"+path+"?_txlock=immediate&_busy_timeout=10000&_synchronous=FULL")
 	if err != nil {
 		return nil, err
 	}

@@ -112,6 +112,10 @@ func (d *Driver) Setup(ctx context.Context, cfg driver.Config) error {
 		return err
 	}
 	d.w = newWriter(conn)
+	if err := d.checkPool(ctx); err != nil {
+		d.w.close()
+		return err
+	}
 	if !cfg.NoMigrate {
 		if _, err := d.Migrate(ctx); err != nil {
 			d.w.close()
@@ -154,6 +158,28 @@ func (d *Driver) pragmas(ctx context.Context, conn *sql.Conn) error {
 		if got != p.want {
 			return fmt.Errorf("sqlite: %s is %s after %q, want %s", p.get, got, p.set, p.want)
 		}
+	}
+	return nil
+}
+
+// checkPool reads the durability of the pool's other connections, which
+// commit the application's transactions, and with them the records that
+// ...Tx methods write: they must be at least as durable as idem's writer.
+// mattn/go-sqlite3 runs WAL databases at NORMAL unless told otherwise.
+func (d *Driver) checkPool(ctx context.Context) error {
+	conn, err := d.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("sqlite: connect: %w", err)
+	}
+	defer conn.Close()
+	var got int
+	if err := conn.QueryRowContext(ctx, `PRAGMA synchronous`).Scan(&got); err != nil {
+		return fmt.Errorf("sqlite: read synchronous: %w", err)
+	}
+	if want := map[Synchronous]int{SyncFull: 2, SyncNormal: 1}[d.sync]; got < want {
+		return fmt.Errorf("sqlite: the pool's connections run synchronous=%d, less durable than idem's %s: "+
+			"open the pool with _synchronous=%s (mattn/go-sqlite3) or _pragma=synchronous(%s) (modernc.org/sqlite), or choose sqlite.SyncNormal",
+			got, d.sync, d.sync, d.sync)
 	}
 	return nil
 }

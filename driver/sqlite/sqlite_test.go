@@ -21,7 +21,7 @@ var (
 		Name:  "sqlite",
 		NewDB: newDB,
 		Open: func(ctx context.Context, path string) (driver.Driver, error) {
-			return open("sqlite3", "file:"+path+"?_txlock=immediate&_busy_timeout=10000")
+			return open("sqlite3", "file:"+path+"?_txlock=immediate&_busy_timeout=10000&_synchronous=FULL")
 		},
 	}
 	modernc = drivertest.Target{

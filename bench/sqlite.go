@@ -1,0 +1,51 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/idemdev/idem/dburl"
+)
+
+// sqliteRows: claim+complete through the ledger on modernc.org/sqlite (pure
+// Go) against the same on mattn/go-sqlite3 (cgo), same run, same
+// durability, each on a file of its own. It runs on SQLite in a build with
+// cgo, where both libraries are linked; elsewhere it has no rows.
+func (r *runner) sqliteRows(ctx context.Context) ([]Result, error) {
+	if r.db.driver != "sqlite" || r.db.shared || !dburl.SQLiteLibraries()["mattn"] {
+		return nil, nil
+	}
+	var out []Result
+	for _, c := range r.o.Concurrency {
+		mattn, mattnScope, done, err := r.openLedger(ctx, nil)
+		if err != nil {
+			return out, err
+		}
+		modernc, moderncScope, done2, err := r.openLedgerURL(ctx, func(u string) string { return withOption(u, "library=modernc") })
+		if err != nil {
+			done()
+			return out, err
+		}
+		r.progress("ledger claim+complete, %s: modernc.org/sqlite, mattn/go-sqlite3", callers(c))
+		res, err := compare(ctx, c, r.o.Duration,
+			side{name: "modernc", op: ledgerClaimComplete(modernc, moderncScope)},
+			side{name: "mattn", op: ledgerClaimComplete(mattn, mattnScope)})
+		done2()
+		done()
+		if err != nil {
+			return out, fmt.Errorf("sqlite libraries, %s: %w", callers(c), err)
+		}
+		out = append(out, newResult(GroupSQLite, "ledger claim+complete on modernc.org/sqlite (pure Go)", "the same on mattn/go-sqlite3 (cgo)",
+			r.db, c, r.o.Duration, res[0], res[1], true))
+	}
+	return out, nil
+}
+
+// withOption adds one option to a sqlite: URL.
+func withOption(url, opt string) string {
+	if strings.Contains(url, "?") {
+		return url + "&" + opt
+	}
+	return url + "?" + opt
+}
