@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemdev/idem"
 	"github.com/idemdev/idem/dburl"
+	"github.com/idemdev/idem/driver/postgres"
 	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/jobs"
 )
@@ -175,17 +176,7 @@ func rebind(l *idem.Ledger, q string) string {
 	if l.Driver().Name() != "postgres" {
 		return q
 	}
-	var b strings.Builder
-	n := 0
-	for _, r := range q {
-		if r == '?' {
-			n++
-			b.WriteString("$" + strconv.Itoa(n))
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
+	return postgres.Rebind(q)
 }
 
 // workJobs runs a client with workers on a queue holding n jobs and counts

@@ -93,3 +93,26 @@ func SQLTx(driverName string, tx any) (Executor, error) {
 	}
 	return nil, fmt.Errorf("%s: transaction of type %T: want *sql.Tx", driverName, tx)
 }
+
+// ScanAll reads every row with scan and closes rows.
+func ScanAll[T any](rows Rows, scan func(Row) (T, error)) ([]T, error) {
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+// NullIfEmpty binds an empty string as NULL (an absent unique key, which
+// never conflicts).
+func NullIfEmpty(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}

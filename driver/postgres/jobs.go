@@ -63,24 +63,7 @@ func scanJob(s scanner) (idemtype.JobRow, error) {
 }
 
 func scanJobs(rows driver.Rows) ([]idemtype.JobRow, error) {
-	defer rows.Close()
-	var out []idemtype.JobRow
-	for rows.Next() {
-		j, err := scanJob(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, j)
-	}
-	return out, rows.Err()
-}
-
-// nullIfEmpty stores an empty unique key as NULL, which never conflicts.
-func nullIfEmpty(s string) any {
-	if s == "" {
-		return nil
-	}
-	return s
+	return driver.ScanAll(rows, func(r driver.Row) (idemtype.JobRow, error) { return scanJob(r) })
 }
 
 // own is ex, or the pool for driver.Shared.
@@ -217,7 +200,7 @@ func (d *Driver) enqueueOne(ctx context.Context, q driver.Executor, j driver.Job
 	ON CONFLICT (queue, unique_key) DO NOTHING
 	RETURNING *)
 SELECT `+jobCols("ins.")+`, c.now FROM ins, c`,
-			d.clock(), j.Queue, j.Kind, args, j.MaxAttempts, runAt, j.Delay.Milliseconds(), nullIfEmpty(j.UniqueKey)))
+			d.clock(), j.Queue, j.Kind, args, j.MaxAttempts, runAt, j.Delay.Milliseconds(), driver.NullIfEmpty(j.UniqueKey)))
 		if err == nil {
 			return row, false, nil
 		}

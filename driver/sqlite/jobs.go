@@ -42,24 +42,7 @@ func scanJob(s scanner, now int64) (idemtype.JobRow, error) {
 }
 
 func scanJobs(rows driver.Rows, now int64) ([]idemtype.JobRow, error) {
-	defer rows.Close()
-	var out []idemtype.JobRow
-	for rows.Next() {
-		j, err := scanJob(rows, now)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, j)
-	}
-	return out, rows.Err()
-}
-
-// nullIfEmpty stores an empty unique key as NULL, which never conflicts.
-func nullIfEmpty(s string) any {
-	if s == "" {
-		return nil
-	}
-	return s
+	return driver.ScanAll(rows, func(r driver.Row) (idemtype.JobRow, error) { return scanJob(r, now) })
 }
 
 // appendError is the expression that appends one entry (error text
@@ -129,7 +112,7 @@ func (d *Driver) enqueueOne(ctx context.Context, q driver.Executor, j driver.Job
 	(queue, kind, args, state, max_attempts, run_at, unique_key, created_at, updated_at)
 	VALUES (?1, ?2, ?3, 'available', ?4, ?5, ?6, ?7, ?7)
 	ON CONFLICT (queue, unique_key) DO NOTHING
-	RETURNING `+jobCols, j.Queue, j.Kind, args, j.MaxAttempts, runAt, nullIfEmpty(j.UniqueKey), now), now)
+	RETURNING `+jobCols, j.Queue, j.Kind, args, j.MaxAttempts, runAt, driver.NullIfEmpty(j.UniqueKey), now), now)
 		if err == nil {
 			return row, false, nil
 		}
