@@ -82,10 +82,11 @@ func (o Options) record(ctx context.Context, tracer trace.Tracer, e idem.Event) 
 	case idem.EventClaim:
 		name = SpanClaim
 		outcome := e.Outcome.String()
-		if e.Err != nil {
-			if ce := (*idem.ConflictError)(nil); !errors.As(e.Err, &ce) {
-				outcome, err = "error", e.Err
-			}
+		switch ce := (*idem.ConflictError)(nil); {
+		case errors.Is(e.Err, idem.ErrExpired):
+			outcome = "expired" // a refusal, not a failure
+		case e.Err != nil && !errors.As(e.Err, &ce):
+			outcome, err = "error", e.Err
 		}
 		attrs = append(attrs, AttrOutcome.String(outcome))
 	case idem.EventFinish:
