@@ -74,8 +74,9 @@ func sha256Hex(b []byte) string {
 	return hex.EncodeToString(h[:])
 }
 
-// DB is the pool for the transactions passed to RecordTx. On SQLite it is
-// the single writer connection.
+// DB is a database/sql handle on the inbox's database (Ledger.DB), for the
+// transactions passed to RecordTx; any transaction of the application's on
+// the same database works too (see idem.Tx).
 func (in *Inbox) DB() *sql.DB { return in.drv.DB() }
 
 // maxTries bounds the record loop; a retry means the row was pruned

@@ -64,8 +64,9 @@ func New(l *idem.Ledger, cfg *Config) (*Client, error) {
 	return cl, nil
 }
 
-// DB is the pool for the transactions passed to EnqueueTx and CompleteTx.
-// On SQLite it is the single writer connection.
+// DB is a database/sql handle on the client's database (Ledger.DB), for
+// the transactions passed to EnqueueTx and CompleteTx; any transaction of
+// the application's on the same database works too (see idem.Tx).
 func (c *Client) DB() *sql.DB { return c.drv.DB() }
 
 // ID is the client's name in job rows and logs.

@@ -24,10 +24,9 @@ type Job[T Args] struct {
 	ex *execution
 }
 
-// DB is the pool to begin the transaction passed to CompleteTx. On SQLite
-// it is the database's single writer connection: keep the transaction
-// short, and do not call non-Tx client methods while it is open (they wait
-// for the same connection).
+// DB is a database/sql handle on the job's database, to begin the
+// transaction passed to CompleteTx. On SQLite, keep that transaction
+// short: it holds SQLite's write lock, which the job's heartbeats wait for.
 func (j *Job[T]) DB() *sql.DB { return j.ex.c.drv.DB() }
 
 // SetResult records b as the job's result, stored when it completes
