@@ -113,4 +113,3 @@ func errText(err error) string {
 	}
 	return err.Error()
 }
-
