@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemdev/idem/driver"
 	"github.com/idemdev/idem/idemtype"
+	"github.com/idemdev/idem/internal/groupcommit"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -78,7 +79,7 @@ func (d *Driver) own(ex driver.Executor) driver.Executor {
 // existing job. Without q, a batch gets its own transaction.
 func (d *Driver) EnqueueJobs(ctx context.Context, q driver.Executor, jobs []driver.JobInsert) ([]idemtype.JobRow, []bool, error) {
 	if q != driver.Shared || len(jobs) == 1 {
-		return d.enqueue(ctx, d.own(q), jobs)
+		return d.enqueue(ctx, q, jobs) // one job: gathered into a group commit unless q is a caller's transaction
 	}
 	tx, err := d.pool.Begin(ctx)
 	if err != nil {
@@ -194,20 +195,33 @@ func (d *Driver) enqueueOne(ctx context.Context, q driver.Executor, j driver.Job
 		args = []byte{}
 	}
 	for range maxEnqueueTries {
-		row, err := scanJob(q.QueryRow(ctx, jobClock+`, ins AS (
+		var (
+			row      idemtype.JobRow
+			inserted bool
+		)
+		err := d.gc.Write(ctx, q, &groupcommit.Write{
+			Key: j.Queue + "\x00" + j.UniqueKey,
+			Query: jobClock + `, ins AS (
 	INSERT INTO idem_jobs (queue, kind, args, state, max_attempts, run_at, unique_key, created_at, updated_at)
-	SELECT $2, $3, $4, 'available', $5, coalesce($6::timestamptz, c.now + $7`+msInterval+`), $8::text, c.now, c.now FROM c
+	SELECT $2, $3, $4, 'available', $5, coalesce($6::timestamptz, c.now + $7` + msInterval + `), $8::text, c.now, c.now FROM c
 	ON CONFLICT (queue, unique_key) DO NOTHING
 	RETURNING *)
-SELECT `+jobCols("ins.")+`, c.now FROM ins, c`,
-			d.clock(), j.Queue, j.Kind, args, j.MaxAttempts, runAt, j.Delay.Milliseconds(), driver.NullIfEmpty(j.UniqueKey)))
-		if err == nil {
-			return row, false, nil
-		}
-		if !errors.Is(err, sql.ErrNoRows) {
+SELECT ` + jobCols("ins.") + `, c.now FROM ins, c`,
+			Args: []any{d.clock(), j.Queue, j.Kind, args, j.MaxAttempts, runAt, j.Delay.Milliseconds(), driver.NullIfEmpty(j.UniqueKey)},
+			Row: func(r groupcommit.Scanner) error {
+				var err error
+				row, err = scanJob(r)
+				inserted = err == nil
+				return groupcommit.NoRowIsAnswer(err)
+			},
+		})
+		if err != nil {
 			return row, false, fmt.Errorf("postgres: enqueue: %w", err)
 		}
-		row, err = scanJob(q.QueryRow(ctx, jobClock+`SELECT `+jobCols("j.")+`, c.now FROM idem_jobs j, c
+		if inserted {
+			return row, false, nil
+		}
+		row, err = scanJob(d.own(q).QueryRow(ctx, jobClock+`SELECT `+jobCols("j.")+`, c.now FROM idem_jobs j, c
 	WHERE j.queue = $2 AND j.unique_key = $3`, d.clock(), j.Queue, j.UniqueKey))
 		if errors.Is(err, sql.ErrNoRows) {
 			continue

@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemdev/idem/driver"
 	"github.com/idemdev/idem/idemtype"
+	"github.com/idemdev/idem/internal/groupcommit"
 )
 
 const jobCols = `id, queue, kind, args, state, attempt, max_attempts, lease_id, lease_until, worker, run_at,
@@ -54,8 +55,15 @@ func appendError(text string) string {
 // EnqueueJobs inserts jobs in order; a taken unique key returns the
 // existing job. Without q, a batch gets its own transaction.
 func (d *Driver) EnqueueJobs(ctx context.Context, q driver.Executor, jobs []driver.JobInsert) ([]idemtype.JobRow, []bool, error) {
-	if q != driver.Shared || len(jobs) == 1 {
-		return d.enqueue(ctx, d.onWriter(q), jobs)
+	if len(jobs) == 1 { // gathered into a group commit unless q is a caller's transaction
+		row, dup, err := d.enqueueOne(ctx, q, jobs[0])
+		if err != nil {
+			return nil, nil, err
+		}
+		return []idemtype.JobRow{row}, []bool{dup}, nil
+	}
+	if q != driver.Shared {
+		return d.enqueue(ctx, q, jobs)
 	}
 	tx, err := d.w.begin(ctx)
 	if err != nil {
@@ -108,18 +116,36 @@ func (d *Driver) enqueueOne(ctx context.Context, q driver.Executor, j driver.Job
 		if !j.RunAt.IsZero() {
 			runAt = j.RunAt.UnixMilli()
 		}
-		row, err := scanJob(q.QueryRow(ctx, `INSERT INTO idem_jobs
+		var (
+			row      idemtype.JobRow
+			inserted bool
+		)
+		err := d.gc.Write(ctx, q, &groupcommit.Write{
+			Key: j.Queue + "\x00" + j.UniqueKey,
+			Query: `INSERT INTO idem_jobs
 	(queue, kind, args, state, max_attempts, run_at, unique_key, created_at, updated_at)
 	VALUES (?1, ?2, ?3, 'available', ?4, ?5, ?6, ?7, ?7)
 	ON CONFLICT (queue, unique_key) DO NOTHING
-	RETURNING `+jobCols, j.Queue, j.Kind, args, j.MaxAttempts, runAt, driver.NullIfEmpty(j.UniqueKey), now), now)
-		if err == nil {
-			return row, false, nil
-		}
-		if !errors.Is(err, sql.ErrNoRows) {
+	RETURNING ` + jobCols,
+			Args: []any{j.Queue, j.Kind, args, j.MaxAttempts, runAt, driver.NullIfEmpty(j.UniqueKey), now},
+			Row: func(r groupcommit.Scanner) error {
+				var err error
+				row, err = scanJob(r, now)
+				inserted = err == nil
+				return groupcommit.NoRowIsAnswer(err)
+			},
+		})
+		if err != nil {
 			return row, false, fmt.Errorf("sqlite: enqueue: %w", err)
 		}
-		row, err = scanJob(q.QueryRow(ctx, `SELECT `+jobCols+` FROM idem_jobs WHERE queue = ? AND unique_key = ?`,
+		if inserted {
+			return row, false, nil
+		}
+		read := q
+		if q == driver.Shared {
+			read = d.r // after the insert's commit: it sees the row that took the key
+		}
+		row, err = scanJob(read.QueryRow(ctx, `SELECT `+jobCols+` FROM idem_jobs WHERE queue = ? AND unique_key = ?`,
 			j.Queue, j.UniqueKey), now)
 		if errors.Is(err, sql.ErrNoRows) {
 			continue
