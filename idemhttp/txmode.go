@@ -22,13 +22,17 @@ func (g *guard) serveTx(w http.ResponseWriter, r *http.Request, next http.Handle
 		// back a handler that finished. Its lifetime is bounded by the
 		// lease below, past which CompleteTx would be refused anyway.
 		ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
-		tx, err := g.l.Driver().DB().BeginTx(ctx, nil)
+		// On SQLite the transaction holds idem's writer (queued in Go) until
+		// it ends; ending it gives the writer back, before the response goes
+		// to a client that may be slow.
+		sqlTx, end, err := g.l.Driver().Begin(ctx)
 		if err != nil {
 			cancel()
 			g.answer(w, r, op, nil, err)
 			return
 		}
-		c, err := g.l.ClaimTx(ctx, tx, op)
+		tx := &ledgerTx{Tx: sqlTx, end: end}
+		c, err := g.l.ClaimTx(ctx, sqlTx, op)
 		if err == nil && c.Outcome.Held() {
 			timer := time.AfterFunc(c.Op.Lease+time.Second, cancel)
 			g.runTx(ctx, w, r, next, tx, c)
@@ -46,8 +50,8 @@ func (g *guard) serveTx(w http.ResponseWriter, r *http.Request, next http.Handle
 	}
 }
 
-func (g *guard) runTx(ctx context.Context, w http.ResponseWriter, r *http.Request, next http.Handler, tx *sql.Tx, c *idem.Claim) {
-	ctl := &control{claim: c, tx: tx}
+func (g *guard) runTx(ctx context.Context, w http.ResponseWriter, r *http.Request, next http.Handler, tx *ledgerTx, c *idem.Claim) {
+	ctl := &control{claim: c, tx: tx.Tx}
 	rec := newRecorder(w, g.cfg.maxResponse, false)
 	defer rec.close()
 	defer tx.Rollback() // after a commit, a no-op; after a panic, the claim goes with the effects
@@ -72,7 +76,7 @@ func (g *guard) runTx(ctx context.Context, w http.ResponseWriter, r *http.Reques
 		res = g.cfg.storedResult(s, h, body)
 	}
 
-	err := g.complete(ctx, tx, c, res)
+	err := g.complete(ctx, tx.Tx, c, res)
 	if err != nil && !errors.Is(err, idem.ErrLeaseLost) && status >= 400 {
 		// The handler's own failure most likely broke the transaction (on
 		// PostgreSQL a failed statement aborts it). Nothing commits, so its
@@ -106,4 +110,33 @@ func (g *guard) runTx(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	}
 	crashpoint.Hit(crashpoint.AfterCommit)
 	rec.send()
+}
+
+// ledgerTx is a transaction from Driver.Begin that gives idem's writer back
+// (on SQLite) as soon as it commits or rolls back.
+type ledgerTx struct {
+	*sql.Tx
+	end   func()
+	ended bool
+}
+
+// Commit commits and ends the transaction.
+func (t *ledgerTx) Commit() error {
+	err := t.Tx.Commit()
+	t.finish()
+	return err
+}
+
+// Rollback rolls back (a no-op after Commit) and ends the transaction.
+func (t *ledgerTx) Rollback() error {
+	err := t.Tx.Rollback()
+	t.finish()
+	return err
+}
+
+func (t *ledgerTx) finish() {
+	if !t.ended {
+		t.ended = true
+		t.end()
+	}
 }
