@@ -659,7 +659,8 @@ func TestBadOptions(t *testing.T) {
 	l := openLedger(t, "sqlite")
 	for _, o := range []idemhttp.Options{
 		{KeyFrom: "cookie:x"}, {KeyFrom: "json:x"}, {KeyFrom: "json:/a~2"}, {MaxBody: -1},
-		{AllowHeaders: []string{"set-cookie"}}, {Exclude: []string{"nope"}}, {OnConflict: 7},
+		{AllowHeaders: []string{"set-cookie"}}, {AllowHeaders: []string{"WWW-Authenticate"}}, {AllowHeaders: []string{"www-authenticate"}},
+		{AllowHeaders: []string{"Proxy-Authenticate"}}, {Exclude: []string{"nope"}}, {OnConflict: 7},
 	} {
 		if _, err := idemhttp.New(l, &o); err == nil {
 			t.Errorf("New(%+v) accepted", o)

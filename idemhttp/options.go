@@ -236,7 +236,7 @@ func newConfig(opts *Options) (*config, error) {
 			continue
 		}
 		for _, never := range neverStored {
-			if name == never {
+			if name == http.CanonicalHeaderKey(never) { // "WWW-Authenticate" is "Www-Authenticate" to net/http
 				bad("AllowHeaders", "%s is never stored", name)
 			}
 		}

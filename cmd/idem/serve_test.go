@@ -302,6 +302,7 @@ func TestServeBadFlags(t *testing.T) {
 		{nil, []string{"--demo", "--on-5xx", "retry"}, "--on-5xx"},
 		{nil, []string{"--demo", "--key-from", "cookie:x"}, "--key-from"},
 		{nil, []string{"--demo", "--allow-headers", "Set-Cookie"}, "--allow-headers"},
+		{nil, []string{"--demo", "--allow-headers", "WWW-Authenticate"}, "--allow-headers"},
 		{nil, []string{"--demo", "--exclude", "nope"}, "--exclude"},
 		{nil, []string{"--demo", "--db", "mysql://x"}, "--db"},
 		{nil, []string{"--demo", "--nope"}, "-nope"},
