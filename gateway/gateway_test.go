@@ -408,3 +408,26 @@ func TestDemo(t *testing.T) {
 }
 
 func newLoopbackListener() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
+
+// An upstream 429 (like 408 and 425) says nothing was done: passed
+// through, not stored, key released, so the client's retry gets through.
+func TestUpstream429Released(t *testing.T) {
+	t.Parallel()
+	l := openLedger(t, "sqlite")
+	up := newUpstream()
+	up.handle = func(w http.ResponseWriter, r *http.Request) {
+		if up.count(r.Header.Get("Idempotency-Key")) == 1 {
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "slow down", http.StatusTooManyRequests)
+			return
+		}
+		w.WriteHeader(201)
+	}
+	gw := newGateway(t, l, serveQuiet(t, up).URL, nil)
+	if r := post(t, gw, `{}`, "Idempotency-Key: k"); r.status != 429 || r.header.Get("Retry-After") != "1" {
+		t.Fatalf("429 not passed through: %d %v", r.status, r.header)
+	}
+	if r := post(t, gw, `{}`, "Idempotency-Key: k"); r.status != 201 || r.header.Get("Idempotent-Replayed") != "" || up.count("k") != 2 {
+		t.Fatalf("after a 429 the retry got %d %v after %d calls; want it forwarded", r.status, r.header, up.count("k"))
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -664,6 +665,54 @@ func TestBadOptions(t *testing.T) {
 	} {
 		if _, err := idemhttp.New(l, &o); err == nil {
 			t.Errorf("New(%+v) accepted", o)
+		}
+	}
+}
+
+// 408, 425 and 429 mean "nothing was done, try later": passed through,
+// not stored, key released; ReleaseStatus changes the set.
+func TestReleaseStatuses(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, l *idem.Ledger) {
+		answering := func() *counter {
+			h := newCounter()
+			h.before = func(w http.ResponseWriter, r *http.Request) bool {
+				code, _ := strconv.Atoi(r.Header.Get("Answer"))
+				w.Header().Set("Retry-After", "1")
+				http.Error(w, "try later", code)
+				return true
+			}
+			return h
+		}
+		h := answering()
+		url := guarded(t, l, nil, h)
+		for _, code := range []int{408, 425, 429} {
+			key := "Idempotency-Key: k" + strconv.Itoa(code)
+			for range 2 {
+				if r := do(t, "POST", url, `{}`, key, "Answer: "+strconv.Itoa(code)); r.status != code || r.header.Get("Idempotent-Replayed") != "" {
+					t.Fatalf("%d: got %d %v", code, r.status, r.header)
+				}
+			}
+			if n := h.count("k" + strconv.Itoa(code)); n != 2 {
+				t.Fatalf("%d: ran %d times, want 2 (released each time)", code, n)
+			}
+		}
+		do(t, "POST", url, `{}`, "Idempotency-Key: k400", "Answer: 400")
+		if r := do(t, "POST", url, `{}`, "Idempotency-Key: k400", "Answer: 400"); r.header.Get("Idempotent-Replayed") != "true" || h.count("k400") != 1 {
+			t.Fatalf("400 not stored: %d %v", r.status, r.header)
+		}
+
+		h = answering()
+		url = guarded(t, l, &idemhttp.Options{ReleaseStatus: []int{}}, h)
+		do(t, "POST", url, `{}`, "Idempotency-Key: none429", "Answer: 429")
+		if r := do(t, "POST", url, `{}`, "Idempotency-Key: none429", "Answer: 429"); r.header.Get("Idempotent-Replayed") != "true" || h.count("none429") != 1 {
+			t.Fatalf("ReleaseStatus {}: 429 not stored: %d %v", r.status, r.header)
+		}
+	})
+	l := openLedger(t, "sqlite")
+	for _, bad := range [][]int{{200}, {503}, {42}} {
+		if _, err := idemhttp.New(l, &idemhttp.Options{ReleaseStatus: bad}); err == nil {
+			t.Errorf("ReleaseStatus %v accepted", bad)
 		}
 	}
 }

@@ -33,6 +33,12 @@ const (
 // otherwise: the ones that are not idempotent by definition (RFC 9110 §9.2.2).
 var DefaultMethods = []string{http.MethodPost, http.MethodPatch}
 
+// DefaultReleaseStatus are the answers that say "nothing was done, try
+// later": 408 Request Timeout, 425 Too Early and 429 Too Many Requests.
+// They are passed through unstored and release the key, like a 5xx under
+// Release5xx, so a retry with the same key is handled again.
+var DefaultReleaseStatus = []int{http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests}
+
 // DefaultAllowHeaders are the response headers stored and replayed besides
 // the ones in Options.AllowHeaders.
 var DefaultAllowHeaders = []string{"Content-Type", "Location", "Content-Location", "ETag", "Last-Modified", "Link"}
@@ -128,6 +134,11 @@ type Options struct {
 	WaitTimeout time.Duration
 	// ServerErrors is what becomes of a 5xx answer. Default Release5xx.
 	ServerErrors ServerErrorPolicy
+	// ReleaseStatus lists 4xx statuses that are passed through unstored
+	// and release the key, as answers that mean "nothing was done, try
+	// later" (5xx answers follow ServerErrors). nil means
+	// DefaultReleaseStatus; an empty non-nil slice releases none.
+	ReleaseStatus []int
 	// AllowHeaders are response headers stored and replayed in addition to
 	// DefaultAllowHeaders. Credentials (Set-Cookie, Authorization,
 	// WWW-Authenticate, …) and hop-by-hop headers cannot be allowed.
@@ -158,6 +169,7 @@ type config struct {
 	onConflict   ConflictPolicy
 	waitTimeout  time.Duration
 	serverErrors ServerErrorPolicy
+	release      map[int]bool // statuses that release the key
 	allow        map[string]bool // canonical header names
 	fpOpts       []fingerprint.Option
 	formExclude  map[string]bool
@@ -228,6 +240,17 @@ func newConfig(opts *Options) (*config, error) {
 	}
 	if c.serverErrors < Release5xx || c.serverErrors > Hold5xx {
 		bad("ServerErrors", "unknown policy %d", c.serverErrors)
+	}
+	c.release = map[int]bool{}
+	release := o.ReleaseStatus
+	if release == nil {
+		release = DefaultReleaseStatus
+	}
+	for _, code := range release {
+		if code < 400 || code > 499 {
+			bad("ReleaseStatus", "%d is not a 4xx status (5xx answers follow ServerErrors)", code)
+		}
+		c.release[code] = true
 	}
 	c.allow = map[string]bool{}
 	for _, h := range append(append([]string(nil), DefaultAllowHeaders...), o.AllowHeaders...) {

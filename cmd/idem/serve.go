@@ -44,6 +44,7 @@ type serveConfig struct {
 	lease, retention              time.Duration
 	maxBody, maxResponse          byteSize
 	onConflict, on5xx, stale      string
+	releaseStatus                 string
 	waitTimeout, timeout, drain   time.Duration
 	allowHeaders, exclude         string
 	log                           *logFlags
@@ -74,6 +75,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.StringVar(&c.onConflict, "on-conflict", "reject", "while the same key is in flight: reject (409) or wait (then replay)")
 	fs.DurationVar(&c.waitTimeout, "wait-timeout", idemhttp.DefaultWaitTimeout, "longest wait under --on-conflict wait")
 	fs.StringVar(&c.on5xx, "on-5xx", "release", "upstream 5xx: release (retry forwards again), store (replayed like Stripe) or hold (until the lease ends)")
+	fs.StringVar(&c.releaseStatus, "release-status", "408,425,429", "comma-separated 4xx `statuses` passed through unstored that release the key (\"nothing done, try later\"), or none")
 	fs.StringVar(&c.stale, "stale", "redo", "a claim whose holder vanished: redo (forward again with the same key) or park (wait for an operator)")
 	fs.StringVar(&c.allowHeaders, "allow-headers", "", "comma-separated response `headers` to store besides Content-Type, Location, Content-Location, ETag, Last-Modified, Link")
 	fs.StringVar(&c.exclude, "exclude", "", "comma-separated JSON `pointers` left out of the body fingerprint (e.g. /sent_at)")
@@ -207,6 +209,17 @@ func (c *serveConfig) check() []error {
 	default:
 		bad("on-5xx", "%q: want release, store or hold", c.on5xx)
 	}
+	o.ReleaseStatus = []int{}
+	if !strings.EqualFold(strings.TrimSpace(c.releaseStatus), "none") {
+		for _, f := range splitList(c.releaseStatus) {
+			code, err := strconv.Atoi(f)
+			if err != nil {
+				bad("release-status", "%q is not a status code", f)
+				continue
+			}
+			o.ReleaseStatus = append(o.ReleaseStatus, code)
+		}
+	}
 	switch c.stale {
 	case "redo":
 		c.ledgerOpts.Stale = idem.Redo
@@ -225,6 +238,7 @@ func (c *serveConfig) check() []error {
 		{"exclude", idemhttp.Options{Exclude: o.Exclude}},
 		{"max-body", idemhttp.Options{MaxBody: o.MaxBody}},
 		{"max-response", idemhttp.Options{MaxResponse: o.MaxResponse}},
+		{"release-status", idemhttp.Options{ReleaseStatus: o.ReleaseStatus}},
 	} {
 		if err := f.o.Validate(); err != nil {
 			bad(f.flag, "%v", err)

@@ -304,6 +304,8 @@ func TestServeBadFlags(t *testing.T) {
 		{nil, []string{"--demo", "--allow-headers", "Set-Cookie"}, "--allow-headers"},
 		{nil, []string{"--demo", "--allow-headers", "WWW-Authenticate"}, "--allow-headers"},
 		{nil, []string{"--demo", "--exclude", "nope"}, "--exclude"},
+		{nil, []string{"--demo", "--release-status", "429,soon"}, "--release-status"},
+		{nil, []string{"--demo", "--release-status", "503"}, "--release-status"},
 		{nil, []string{"--demo", "--db", "mysql://x"}, "--db"},
 		{nil, []string{"--demo", "--nope"}, "-nope"},
 		{[]string{"IDEM_MAX_RESPONSE=lots"}, []string{"--demo"}, "IDEM_MAX_RESPONSE"},
