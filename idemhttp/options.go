@@ -169,7 +169,7 @@ type config struct {
 	onConflict   ConflictPolicy
 	waitTimeout  time.Duration
 	serverErrors ServerErrorPolicy
-	release      map[int]bool // statuses that release the key
+	release      map[int]bool    // statuses that release the key
 	allow        map[string]bool // canonical header names
 	fpOpts       []fingerprint.Option
 	formExclude  map[string]bool
