@@ -194,7 +194,19 @@ func (f *forwarder) upstreamFailed(w http.ResponseWriter, r *http.Request, err e
 			slog.String("key", idem.KeyHash(c.Op.Key)), slog.Int64("attempt", c.Token), slog.Any("err", err))
 		wait := int(max(c.Op.Lease.Round(time.Second)/time.Second, 1))
 		idemhttp.WriteProblem(w, idemhttp.Problem{Type: idemhttp.ProblemUpstreamUnknown, Title: "Upstream outcome unknown", Status: http.StatusGatewayTimeout,
-			Detail: fmt.Sprintf("The request was sent upstream but no answer came (%v); it may or may not have taken effect. Retry with the same key: until the claim's lease ends (%v) you get 409, after that the request is forwarded again with the same key.",
-				err, c.Op.Lease), RetryAfter: wait})
+			Detail: fmt.Sprintf("The request was sent upstream but no answer came (%v); it may or may not have taken effect. Retry with the same key: until the claim's lease ends (%v) you get 409, after that %s.",
+				err, c.Op.Lease, afterLease(c.Op.Stale)), RetryAfter: wait})
 	}
+}
+
+// afterLease says what a retry meets once an unknown outcome's lease has
+// ended, under the stale-claim policy in force.
+func afterLease(p idem.StalePolicy) string {
+	switch p {
+	case idem.Park:
+		return "the key is parked: a retry gets 409 operation-parked until an operator decides what happened (idem reconcile)"
+	case idem.Reconcile:
+		return "the reconciler finds out whether it took effect, and the request is forwarded again with the same key only if it did not"
+	}
+	return "the request is forwarded again with the same key"
 }

@@ -431,3 +431,32 @@ func TestUpstream429Released(t *testing.T) {
 		t.Fatalf("after a 429 the retry got %d %v after %d calls; want it forwarded", r.status, r.header, up.count("k"))
 	}
 }
+
+// Under the park policy the 504 says what will happen: the key is parked,
+// not forwarded again; and a retry after the lease is indeed parked.
+func TestUpstreamTimeoutUnderPark(t *testing.T) {
+	t.Parallel()
+	l := openLedger(t, "sqlite")
+	up := newUpstream()
+	up.handle = func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(300 * time.Millisecond)
+		w.WriteHeader(201)
+	}
+	gw := newGateway(t, l, serveQuiet(t, up).URL, &gateway.Config{
+		Timeout: 50 * time.Millisecond, Options: &idemhttp.Options{Lease: 200 * time.Millisecond, Stale: idem.Park}})
+	r := post(t, gw, `{}`, "Idempotency-Key: k")
+	wantProblem(t, r, 504, idemhttp.ProblemUpstreamUnknown)
+	if strings.Contains(r.body, "forwarded again") || !strings.Contains(r.body, "parked") {
+		t.Fatalf("504 under --stale park promises the wrong thing: %s", r.body)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		r = post(t, gw, `{}`, "Idempotency-Key: k")
+		if strings.Contains(r.body, idemhttp.ProblemParked) || time.Now().After(deadline) {
+			break
+		}
+	}
+	wantProblem(t, r, 409, idemhttp.ProblemParked)
+	if up.count("k") != 1 {
+		t.Fatalf("upstream saw the key %d times, want 1", up.count("k"))
+	}
+}
