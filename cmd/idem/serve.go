@@ -156,6 +156,15 @@ func (c *serveConfig) check() []error {
 	if c.admin != "" {
 		if _, _, err := net.SplitHostPort(c.admin); err != nil {
 			bad("admin", "%q: %v", c.admin, err)
+		} else if err := c.adminOptions().Validate(); err != nil {
+			bad("admin", "%s", strings.TrimPrefix(err.Error(), "admin: "))
+		}
+	} else {
+		if c.adminToken != "" {
+			bad("admin-token", "needs --admin (the address of the admin page it protects)")
+		}
+		if c.adminWrite {
+			bad("admin-write", "needs --admin (the address of the admin page it enables writes on)")
 		}
 	}
 	if !strings.HasPrefix(c.db, "sqlite:") && !strings.HasPrefix(c.db, "sqlite3:") && !strings.HasPrefix(c.db, "postgres://") && !strings.HasPrefix(c.db, "postgresql://") {
@@ -251,6 +260,11 @@ func (c *serveConfig) check() []error {
 	return errs
 }
 
+// adminOptions are the admin page's options that come from flags.
+func (c *serveConfig) adminOptions() *admin.Options {
+	return &admin.Options{Addr: c.admin, Token: c.adminToken, Write: c.adminWrite}
+}
+
 func splitList(s string) []string {
 	var out []string
 	for _, p := range strings.Split(s, ",") {
@@ -325,8 +339,9 @@ func (c *serveConfig) run(ctx context.Context, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "idem serve: --admin: %v\n", err)
 			return 1
 		}
-		ah, err := admin.New(l, &admin.Options{Addr: c.admin, Token: c.adminToken, Write: c.adminWrite, Metrics: m, Logger: log,
-			DeadJobs: admin.LedgerDeadJobs(l)})
+		ao := c.adminOptions()
+		ao.Metrics, ao.Logger, ao.DeadJobs = m, log, admin.LedgerDeadJobs(l)
+		ah, err := admin.New(l, ao)
 		if err != nil {
 			srv.Close()
 			aln.Close()

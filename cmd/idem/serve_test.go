@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -310,14 +311,26 @@ func TestServeBadFlags(t *testing.T) {
 		{nil, []string{"--demo", "--nope"}, "-nope"},
 		{[]string{"IDEM_MAX_RESPONSE=lots"}, []string{"--demo"}, "IDEM_MAX_RESPONSE"},
 		{[]string{"IDEM_REQUIRE_KEY=perhaps"}, []string{"--demo"}, "IDEM_REQUIRE_KEY"},
+		{nil, []string{"--demo", "--admin-token", "0123456789abcdef0123"}, "--admin-token"},
+		{nil, []string{"--demo", "--admin-write"}, "--admin-write"},
+		{nil, []string{"--demo", "--admin", "0.0.0.0:0"}, "--admin"},
+		{nil, []string{"--demo", "--admin", "127.0.0.1:0", "--admin-token", "short"}, "--admin"},
+		{nil, []string{"--upstream", "http://127.0.0.1:1", "--db", "sqlite:gw.db", "--admin", "0.0.0.0:0"}, "--admin"},
 	}
 	for _, c := range cases {
-		cmd := exec.Command(idemBin, append([]string{"serve"}, c.args...)...)
+		dir := t.TempDir()
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second) // a flag wrongly accepted would serve forever
+		cmd := exec.CommandContext(ctx, idemBin, append([]string{"serve", "--listen", "127.0.0.1:0"}, c.args...)...)
+		cmd.Dir = dir // the default database, sqlite:idem.db, would land here
 		cmd.Env = append(cmd.Environ(), c.env...)
 		out, err := cmd.CombinedOutput()
+		cancel()
 		ee, ok := err.(*exec.ExitError)
 		if !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), c.want) {
 			t.Errorf("idem serve %v (env %v): exit %v, output %q; want exit 2 naming %s", c.args, c.env, err, out, c.want)
+		}
+		if left, _ := os.ReadDir(dir); len(left) > 0 {
+			t.Errorf("idem serve %v (env %v) left %s behind: flags must be checked before anything is created", c.args, c.env, left[0].Name())
 		}
 	}
 	out, err := exec.Command(idemBin, "serve", "--help").CombinedOutput()
