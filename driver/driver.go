@@ -229,6 +229,9 @@ type Driver interface {
 	Migrate(ctx context.Context) error
 	// Close releases the pools.
 	Close() error
+	// Secret returns the secret called name, storing fresh as its value
+	// first if there is none yet; every caller gets the one stored first.
+	Secret(ctx context.Context, name string, fresh []byte) ([]byte, error)
 }
 
 // Migration is one numbered, re-runnable schema step.
