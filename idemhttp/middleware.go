@@ -57,9 +57,10 @@ func must(mw func(http.Handler) http.Handler, err error) func(http.Handler) http
 
 // guard is one configured middleware.
 type guard struct {
-	l   *idem.Ledger
-	cfg *config
-	tx  bool
+	l      *idem.Ledger
+	cfg    *config
+	tx     bool
+	secret scopeSecret
 }
 
 func newGuard(l *idem.Ledger, opts *Options, tx bool) (func(http.Handler) http.Handler, error) {
@@ -81,7 +82,11 @@ func (g *guard) serve(w http.ResponseWriter, r *http.Request, next http.Handler)
 		next.ServeHTTP(w, r)
 		return
 	}
-	p, prob := g.cfg.prepare(r)
+	p, prob := g.cfg.prepare(r, func() ([]byte, error) {
+		ctx, cancel := detached(r)
+		defer cancel()
+		return g.secret.get(ctx, g.l)
+	})
 	if prob != nil {
 		WriteProblem(w, *prob)
 		return

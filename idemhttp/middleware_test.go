@@ -2,8 +2,12 @@ package idemhttp_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -715,4 +719,86 @@ func TestReleaseStatuses(t *testing.T) {
 			t.Errorf("ReleaseStatus %v accepted", bad)
 		}
 	}
+}
+
+// A guarded request with a key but no credential never meets another
+// caller's stored answer: by default it is refused, naming the fix; with
+// AnonymousShared it is handled in one shared scope.
+func TestAnonymousRefused(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, l *idem.Ledger) {
+		h := newCounter()
+		url := guarded(t, l, nil, h)
+		r := do(t, "POST", url, `{}`, "Idempotency-Key: k", "Authorization:", "Cookie: session=alice")
+		wantProblem(t, r, 400, idemhttp.ProblemScopeMissing)
+		for _, fix := range []string{"--scope-header", "--anonymous-scope shared", "AnonymousShared"} {
+			if !strings.Contains(r.body, fix) {
+				t.Errorf("the refusal does not name the fix %q: %s", fix, r.body)
+			}
+		}
+		if h.total() != 0 || len(records(t, l)) != 0 {
+			t.Fatalf("refused request ran (%d) or claimed (%d records)", h.total(), len(records(t, l)))
+		}
+		if r := do(t, "POST", url, `{}`, "Authorization:"); r.status != 201 {
+			t.Fatalf("a request without key or credential should pass through unguarded: %d", r.status)
+		}
+
+		shared := guarded(t, l, &idemhttp.Options{AnonymousScope: idemhttp.AnonymousShared}, h)
+		a := do(t, "POST", shared, `{}`, "Idempotency-Key: s", "Authorization:")
+		b := do(t, "POST", shared, `{}`, "Idempotency-Key: s", "Authorization:")
+		if a.status != 201 || b.body != a.body || b.header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("AnonymousShared: %d %q / %q", a.status, a.body, b.body)
+		}
+	})
+}
+
+// The scope of an Authorization header is a keyed hash under a secret kept
+// in the database: neither the ledger nor a log line holds the plain
+// SHA-256 an attacker could crack a weak credential from. Two middlewares
+// on one database agree on it; another database has another secret.
+func TestScopeIsKeyedHash(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, l *idem.Ledger) {
+		const auth = "Basic dXNlcjpwYXNzd29yZA==" // user:password
+		sum := sha256.Sum256([]byte(auth))
+		plain := hex.EncodeToString(sum[:])
+		var logs bytes.Buffer
+		var mu sync.Mutex
+		log := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		h := newCounter()
+		mw1, _ := idemhttp.New(l, &idemhttp.Options{Logger: log})
+		mw2, _ := idemhttp.New(l, &idemhttp.Options{Logger: log})
+		one, two := serve(t, mw1(h)).URL, serve(t, mw2(h)).URL
+		first := do(t, "POST", one, `{}`, "Idempotency-Key: k", "Authorization: "+auth)
+		if r := do(t, "POST", two, `{}`, "Idempotency-Key: k", "Authorization: "+auth); r.body != first.body || h.count("k") != 1 {
+			t.Fatalf("a second middleware on the same database computed another scope: %q vs %q", r.body, first.body)
+		}
+		recs := records(t, l)
+		if len(recs) != 1 || !strings.HasPrefix(recs[0].Scope, "authorization-hmac:") || strings.Contains(recs[0].Scope, plain) {
+			t.Fatalf("stored scope %q: want a keyed hash, not the SHA-256 %s", recs[0].Scope, plain)
+		}
+		mu.Lock()
+		logged := logs.String()
+		mu.Unlock()
+		if strings.Contains(logged, plain) || strings.Contains(logged, auth) || !strings.Contains(logged, recs[0].Scope) {
+			t.Fatalf("logs hold a crackable digest or the credential, or not the scope:\n%s", logged)
+		}
+
+		other := openLedger(t, "sqlite")
+		do(t, "POST", guarded(t, other, nil, h), `{}`, "Idempotency-Key: k", "Authorization: "+auth)
+		if s := records(t, other)[0].Scope; s == recs[0].Scope {
+			t.Fatalf("two databases share a scope secret: %q", s)
+		}
+	})
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -107,8 +107,13 @@ type Options struct {
 	KeyFrom string
 	// Scope names who owns a key; keys never match across scopes. Default
 	// ScopeAuthorization. The result must be at most 255 bytes without
-	// control characters, or the request gets 400.
+	// control characters, or the request gets 400. "" means the request
+	// has no scope: see AnonymousScope.
 	Scope func(*http.Request) string
+	// AnonymousScope is what a guarded request with a key but no scope
+	// gets. Default AnonymousRefuse: 400 scope-missing, so that a caller
+	// without a credential never receives another caller's response.
+	AnonymousScope AnonymousPolicy
 	// Lease is how long a claim is trusted without a heartbeat. The
 	// middleware heartbeats while the handler runs, so this only bounds how
 	// long a key stays blocked after the process dies (or after an upstream
@@ -161,6 +166,7 @@ type config struct {
 	requireKey   bool
 	key          keySource
 	scope        func(*http.Request) string
+	anonymous    AnonymousPolicy
 	lease        time.Duration
 	retention    time.Duration
 	stale        idem.StalePolicy
@@ -185,6 +191,7 @@ func newConfig(opts *Options) (*config, error) {
 	c := &config{
 		requireKey:   o.RequireKey,
 		scope:        o.Scope,
+		anonymous:    o.AnonymousScope,
 		lease:        o.Lease,
 		retention:    o.Retention,
 		stale:        o.Stale,
@@ -231,6 +238,9 @@ func newConfig(opts *Options) (*config, error) {
 	}
 	if c.maxResponse < 0 || c.maxResponse > maxMaxResponse {
 		bad("MaxResponse", "%d is outside [1, %d]", c.maxResponse, maxMaxResponse)
+	}
+	if c.anonymous != AnonymousRefuse && c.anonymous != AnonymousShared {
+		bad("AnonymousScope", "unknown policy %d", c.anonymous)
 	}
 	if c.onConflict != Reject && c.onConflict != Wait {
 		bad("OnConflict", "unknown policy %d", c.onConflict)

@@ -15,6 +15,7 @@ const (
 	ProblemKeyMissing        = ProblemBase + "key-missing"              // 400: a key is required
 	ProblemKeyInvalid        = ProblemBase + "key-invalid"              // 400: empty, too long, not printable, malformed
 	ProblemScopeInvalid      = ProblemBase + "scope-invalid"            // 400: the scope value cannot be stored
+	ProblemScopeMissing      = ProblemBase + "scope-missing"            // 400: a key but no credential to scope it (AnonymousRefuse)
 	ProblemBodyInvalid       = ProblemBase + "body-invalid"             // 400: unreadable, or declared JSON that is not
 	ProblemBodyTooLarge      = ProblemBase + "body-too-large"           // 413: over MaxBody; nothing claimed
 	ProblemInFlight          = ProblemBase + "request-in-flight"        // 409: the first request with the key is running

@@ -41,6 +41,7 @@ type serveConfig struct {
 	pruneEvery                    time.Duration
 	demo, requireKey              bool
 	scopeHeader, keyFrom, methods string
+	anonymousScope                string
 	lease, retention              time.Duration
 	maxBody, maxResponse          byteSize
 	onConflict, on5xx, stale      string
@@ -65,7 +66,8 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.DurationVar(&c.pruneEvery, "prune-every", 10*time.Minute, "run the retention sweep this often (0 disables; see idem prune)")
 	fs.BoolVar(&c.demo, "demo", false, "also start a built-in demo payments API and forward to it")
 	fs.BoolVar(&c.requireKey, "require-key", false, "answer 400 to a guarded request without a key (default: pass it through)")
-	fs.StringVar(&c.scopeHeader, "scope-header", "Authorization", "request `header` that scopes keys: Authorization (SHA-256 of its value), another header such as X-Tenant-ID (its value), or none")
+	fs.StringVar(&c.scopeHeader, "scope-header", "Authorization", "request `header` that scopes keys: Authorization (a keyed hash of its value), hmac:NAME (a keyed hash of header NAME, e.g. hmac:X-Api-Key), another header such as X-Tenant-ID (its value), or none (one shared scope)")
+	fs.StringVar(&c.anonymousScope, "anonymous-scope", "refuse", "a guarded request with a key but without the scope header: refuse (400 scope-missing) or shared (one scope for all such callers; --demo sets it)")
 	fs.StringVar(&c.keyFrom, "key-from", idemhttp.DefaultKeyFrom, "where the key is: header:NAME, json:/pointer or form:NAME")
 	fs.StringVar(&c.methods, "methods", "POST,PATCH", "comma-separated `methods` to guard; others pass through untouched")
 	fs.DurationVar(&c.lease, "lease", idem.DefaultLease, "how long a claim holds after the gateway stops heartbeating it (crash, upstream timeout)")
@@ -189,16 +191,32 @@ func (c *serveConfig) check() []error {
 	o.RequireKey, o.KeyFrom, o.Lease, o.Retention, o.WaitTimeout = c.requireKey, c.keyFrom, c.lease, c.retention, c.waitTimeout
 	o.MaxBody, o.MaxResponse = int64(c.maxBody), int64(c.maxResponse)
 	o.Methods, o.AllowHeaders, o.Exclude = splitList(c.methods), splitList(c.allowHeaders), splitList(c.exclude)
-	switch strings.ToLower(c.scopeHeader) {
-	case "authorization":
+	switch c.anonymousScope {
+	case "refuse":
+		o.AnonymousScope = idemhttp.AnonymousRefuse
+	case "shared":
+		o.AnonymousScope = idemhttp.AnonymousShared
+	default:
+		bad("anonymous-scope", "%q: want refuse or shared", c.anonymousScope)
+	}
+	if c.demo {
+		o.AnonymousScope = idemhttp.AnonymousShared // the README's curls send no credential
+	}
+	hmacHeader, keyed := strings.CutPrefix(c.scopeHeader, "hmac:")
+	switch {
+	case strings.EqualFold(c.scopeHeader, "authorization"):
 		o.Scope = idemhttp.ScopeAuthorization
-	case "none", "":
+	case strings.EqualFold(c.scopeHeader, "none") || c.scopeHeader == "":
 		o.Scope = idemhttp.ScopeNone
+		o.AnonymousScope = idemhttp.AnonymousShared // one scope for everybody is what none asks for
+	case strings.ContainsAny(c.scopeHeader, " \t") || strings.Contains(hmacHeader, ":") || hmacHeader == "":
+		bad("scope-header", "%q is not a header name, hmac:NAME or none", c.scopeHeader)
+	case keyed:
+		name := http.CanonicalHeaderKey(hmacHeader)
+		label := strings.ToLower(name)
+		o.Scope = func(r *http.Request) string { return idemhttp.ScopeHMAC(r, label, r.Header.Get(name)) }
 	default:
 		o.Scope = idemhttp.ScopeHeader(c.scopeHeader)
-		if strings.ContainsAny(c.scopeHeader, " \t:") {
-			bad("scope-header", "%q is not a header name", c.scopeHeader)
-		}
 	}
 	switch c.onConflict {
 	case "reject":
@@ -365,8 +383,12 @@ func (c *serveConfig) run(ctx context.Context, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "  curl -s %s/charges                                                               # charges per key\n\n", addr)
 	}
 
-	fmt.Fprintf(stderr, "idem serve: listening on http://%s, forwarding to %s, ledger %s (lease %v, retention %v)\n",
-		addr, c.upstreamURL, redactDB(c.db), c.lease, c.retention)
+	anon := ""
+	if c.demo {
+		anon = "; --demo: callers without Authorization share one scope"
+	}
+	fmt.Fprintf(stderr, "idem serve: listening on http://%s, forwarding to %s, ledger %s (lease %v, retention %v%s)\n",
+		addr, c.upstreamURL, redactDB(c.db), c.lease, c.retention, anon)
 	select {
 	case <-ctx.Done():
 	case err := <-failed:

@@ -197,6 +197,37 @@ func TestServeScopes(t *testing.T) {
 	}
 }
 
+// Callers that authenticate by cookie or X-Api-Key send no Authorization:
+// with default flags their keyed requests are refused (naming the fix),
+// never answered from another caller's record; --scope-header
+// hmac:X-Api-Key scopes them apart, storing no raw API key.
+func TestServeAnonymousCallers(t *testing.T) {
+	t.Parallel()
+	up := newExecUpstream(false, 0)
+	gw := startGateway(t, nil, "--upstream", upstreamServer(t, up), "--db", testDB(t, "sqlite"))
+	for _, who := range []string{"Cookie: session=alice", "Cookie: session=bob"} {
+		a, err := send(context.Background(), client, gw.url+"/charges", `{}`, "Idempotency-Key: order-1", "Authorization:", who)
+		if err != nil || a.status != 400 || !strings.Contains(a.body, "scope-missing") || !strings.Contains(a.body, "--anonymous-scope shared") {
+			t.Fatalf("%s without Authorization: %d %q %v", who, a.status, a.body, err)
+		}
+	}
+	if up.seenKey("order-1") != 0 {
+		t.Fatalf("a refused request reached the upstream")
+	}
+
+	db := testDB(t, "sqlite")
+	keyed := startGateway(t, nil, "--upstream", upstreamServer(t, up), "--db", db, "--scope-header", "hmac:X-Api-Key")
+	a, _ := send(context.Background(), client, keyed.url+"/charges", `{}`, "Idempotency-Key: order-2", "Authorization:", "X-Api-Key: key-alice")
+	b, _ := send(context.Background(), client, keyed.url+"/charges", `{}`, "Idempotency-Key: order-2", "Authorization:", "X-Api-Key: key-bob")
+	if a.status != 201 || b.status != 201 || b.header.Get("Idempotent-Replayed") != "" || up.seenKey("order-2") != 2 {
+		t.Fatalf("hmac:X-Api-Key: %d %d %v, upstream saw %d", a.status, b.status, b.header, up.seenKey("order-2"))
+	}
+	out, err := exec.Command(idemBin, "keys", "list", "--db", db, "--json").CombinedOutput()
+	if err != nil || strings.Contains(string(out), "key-alice") || !strings.Contains(string(out), "x-api-key-hmac:") {
+		t.Fatalf("keys list: %v\n%s", err, out)
+	}
+}
+
 // SIGTERM lets an in-flight request finish and record its answer; the
 // process exits 0 and a restarted gateway replays the answer.
 func TestServeDrainsOnSIGTERM(t *testing.T) {
@@ -240,9 +271,9 @@ func TestServeDemo(t *testing.T) {
 		t.Errorf("--demo did not print the curl commands:\n%s", gw.out.String())
 	}
 	url := gw.url + "/charges"
-	a, _ := send(context.Background(), client, url, `{"amount":1000}`, "Idempotency-Key: order-42")
-	b, _ := send(context.Background(), client, url, `{ "amount": 1000 }`, "Idempotency-Key: order-42")
-	c, _ := send(context.Background(), client, url, `{"amount":999}`, "Idempotency-Key: order-42")
+	a, _ := send(context.Background(), client, url, `{"amount":1000}`, "Idempotency-Key: order-42", "Authorization:") // as the README's curl: no credential
+	b, _ := send(context.Background(), client, url, `{ "amount": 1000 }`, "Idempotency-Key: order-42", "Authorization:")
+	c, _ := send(context.Background(), client, url, `{"amount":999}`, "Idempotency-Key: order-42", "Authorization:")
 	if a.status != 201 || b.body != a.body || b.header.Get("Idempotent-Replayed") != "true" || c.status != 422 {
 		t.Fatalf("demo: %d, %d %v, %d", a.status, b.status, b.header, c.status)
 	}
