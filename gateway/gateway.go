@@ -103,6 +103,13 @@ func New(l *idem.Ledger, cfg *Config) (*Gateway, error) {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(upstream)
 			pr.SetXForwarded()
+			if idemhttp.Claim(pr.In.Context()) != nil {
+				// A guarded answer is stored and replayed to clients that
+				// may not accept the coding the first one did: the
+				// transport asks for gzip itself and decodes it, so the
+				// answer is stored (and sent) as the upstream meant it.
+				pr.Out.Header.Del("Accept-Encoding")
+			}
 		},
 		Transport:    transport,
 		ErrorHandler: f.upstreamFailed,
