@@ -21,11 +21,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptrace"
 	"net/http/httputil"
 	"net/url"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -50,6 +52,13 @@ type Config struct {
 	// middleware does not guard (GET, …) are bounded by the client only.
 	// Default DefaultTimeout.
 	Timeout time.Duration
+	// ReadTimeout bounds how long a request's body may take to arrive,
+	// from the moment the gateway starts on the request; a stalled body is
+	// cut off (408 body-timeout for a guarded request; nothing claimed).
+	// Headers are bounded by the server's ReadHeaderTimeout. 0 means no
+	// bound. Unlike http.Server.ReadTimeout it stops at the end of the
+	// body, so a slow upstream answer is not mistaken for a client gone.
+	ReadTimeout time.Duration
 	// Transport makes the upstream calls. Default: a clone of
 	// http.DefaultTransport that keeps up to 256 idle connections.
 	Transport http.RoundTripper
@@ -64,8 +73,9 @@ type Config struct {
 
 // Gateway is an http.Handler forwarding to one upstream.
 type Gateway struct {
-	handler http.Handler
-	added   func(time.Duration)
+	handler     http.Handler
+	added       func(time.Duration)
+	readTimeout time.Duration
 }
 
 // New builds a gateway on l. The error names every bad option.
@@ -77,8 +87,8 @@ func New(l *idem.Ledger, cfg *Config) (*Gateway, error) {
 	if c.Upstream == nil || (c.Upstream.Scheme != "http" && c.Upstream.Scheme != "https") || c.Upstream.Host == "" {
 		return nil, fmt.Errorf("gateway: upstream %v: want an http:// or https:// URL with a host", c.Upstream)
 	}
-	if c.Timeout < 0 {
-		return nil, fmt.Errorf("gateway: timeout %v is negative", c.Timeout)
+	if c.Timeout < 0 || c.ReadTimeout < 0 {
+		return nil, fmt.Errorf("gateway: timeout %v or read timeout %v is negative", c.Timeout, c.ReadTimeout)
 	}
 	log := cmp.Or(c.Logger, slog.Default())
 	opts := idemhttp.Options{}
@@ -115,7 +125,29 @@ func New(l *idem.Ledger, cfg *Config) (*Gateway, error) {
 		ErrorHandler: f.upstreamFailed,
 		ErrorLog:     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	return &Gateway{handler: mw(f), added: c.AddedLatency}, nil
+	return &Gateway{handler: mw(f), added: c.AddedLatency, readTimeout: c.ReadTimeout}, nil
+}
+
+// deadlineBody lifts the read deadline once the body has been read (or
+// closed): net/http keeps reading the connection in the background after
+// the body, to notice a client that went away, and an expired deadline
+// there would cancel the request as if it had.
+type deadlineBody struct {
+	io.ReadCloser
+	clear func()
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.clear()
+	}
+	return n, err
+}
+
+func (b *deadlineBody) Close() error {
+	b.clear()
+	return b.ReadCloser.Close()
 }
 
 // upstreamTime carries how long the upstream call of one request took.
@@ -125,6 +157,12 @@ type upstreamTimeKey struct{}
 
 // ServeHTTP guards r and forwards it.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if g.readTimeout > 0 && r.Body != nil && r.Body != http.NoBody {
+		rc := http.NewResponseController(w)
+		if rc.SetReadDeadline(time.Now().Add(g.readTimeout)) == nil {
+			r.Body = &deadlineBody{ReadCloser: r.Body, clear: sync.OnceFunc(func() { rc.SetReadDeadline(time.Time{}) })}
+		}
+	}
 	if g.added == nil {
 		g.handler.ServeHTTP(w, r)
 		return

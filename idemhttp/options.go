@@ -135,6 +135,13 @@ type Options struct {
 	// OnConflict is what a request gets while the same key is in flight.
 	// Default Reject.
 	OnConflict ConflictPolicy
+	// MaxInFlight bounds how many guarded requests are handled at once
+	// (each may hold up to MaxBody of request body in memory). Past it a
+	// request to a guarded method gets 503 too-busy with Retry-After,
+	// before its body is read or anything is claimed; one that turns out
+	// to carry no key gives its place back before it is passed through.
+	// 0 means no bound.
+	MaxInFlight int
 	// WaitTimeout bounds a wait under OnConflict Wait. Default 10s.
 	WaitTimeout time.Duration
 	// ServerErrors is what becomes of a 5xx answer. Default Release5xx.
@@ -174,6 +181,7 @@ type config struct {
 	maxResponse  int64
 	onConflict   ConflictPolicy
 	waitTimeout  time.Duration
+	maxInFlight  int
 	serverErrors ServerErrorPolicy
 	release      map[int]bool    // statuses that release the key
 	allow        map[string]bool // canonical header names
@@ -199,6 +207,7 @@ func newConfig(opts *Options) (*config, error) {
 		maxResponse:  cmp.Or(o.MaxResponse, DefaultMaxResponse),
 		onConflict:   o.OnConflict,
 		waitTimeout:  cmp.Or(o.WaitTimeout, DefaultWaitTimeout),
+		maxInFlight:  o.MaxInFlight,
 		serverErrors: o.ServerErrors,
 		docsURL:      cmp.Or(o.DocsURL, DefaultDocsURL),
 		log:          cmp.Or(o.Logger, slog.Default()),
@@ -244,6 +253,9 @@ func newConfig(opts *Options) (*config, error) {
 	}
 	if c.onConflict != Reject && c.onConflict != Wait {
 		bad("OnConflict", "unknown policy %d", c.onConflict)
+	}
+	if c.maxInFlight < 0 {
+		bad("MaxInFlight", "%d is negative", c.maxInFlight)
 	}
 	if c.waitTimeout < 0 {
 		bad("WaitTimeout", "%v is negative", c.waitTimeout)

@@ -24,6 +24,8 @@ const (
 	ProblemKeyExpired        = ProblemBase + "key-expired"              // 410: done long ago; only a tombstone is left
 	ProblemParked            = ProblemBase + "operation-parked"         // 409: outcome unknown, waits for an operator
 	ProblemLedgerUnavailable = ProblemBase + "ledger-unavailable"       // 503: the database did not answer; nothing ran
+	ProblemTooBusy           = ProblemBase + "too-busy"                 // 503: MaxInFlight guarded requests already running; nothing ran
+	ProblemBodyTimeout       = ProblemBase + "body-timeout"             // 408: the body did not arrive in time; nothing claimed
 	ProblemLeaseLost         = ProblemBase + "lease-lost"               // 503: the claim was taken over; effects rolled back
 	ProblemOutcomeUnknown    = ProblemBase + "outcome-unknown"          // 503: the commit may or may not have happened
 	ProblemUpstreamDown      = ProblemBase + "upstream-unreachable"     // 502: nothing was sent upstream; key released

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"unicode"
 	"unicode/utf8"
 
@@ -120,6 +121,10 @@ func (c *config) readBody(r *http.Request) ([]byte, *Problem) {
 	var body []byte
 	if r.Body != nil && r.Body != http.NoBody {
 		b, err := io.ReadAll(io.LimitReader(r.Body, c.maxBody+1))
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, &Problem{Type: ProblemBodyTimeout, Title: "Request body too slow", Status: http.StatusRequestTimeout,
+				Detail: "The body did not arrive within the server's read timeout; nothing was done."}
+		}
 		if err != nil {
 			return nil, &Problem{Type: ProblemBodyInvalid, Title: "Unreadable request body", Status: http.StatusBadRequest, Detail: err.Error()}
 		}

@@ -47,6 +47,8 @@ type serveConfig struct {
 	onConflict, on5xx, stale      string
 	releaseStatus                 string
 	waitTimeout, timeout, drain   time.Duration
+	readTimeout, idleTimeout      time.Duration
+	maxInFlight                   int
 	allowHeaders, exclude         string
 	log                           *logFlags
 	idemOpts                      idemhttp.Options
@@ -82,6 +84,9 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.StringVar(&c.allowHeaders, "allow-headers", "", "comma-separated response `headers` to store besides Content-Type, Location, Content-Location, ETag, Last-Modified, Link")
 	fs.StringVar(&c.exclude, "exclude", "", "comma-separated JSON `pointers` left out of the body fingerprint (e.g. /sent_at)")
 	fs.DurationVar(&c.timeout, "upstream-timeout", gateway.DefaultTimeout, "bound on a guarded upstream call; a sent call that times out gets 504 and keeps its claim")
+	fs.DurationVar(&c.readTimeout, "read-timeout", 30*time.Second, "bound on reading a whole request, body included; a stalled body is cut off (408)")
+	fs.DurationVar(&c.idleTimeout, "idle-timeout", 2*time.Minute, "how long an idle keep-alive connection stays open (gateway and admin)")
+	fs.IntVar(&c.maxInFlight, "max-inflight", 256, "most guarded requests handled at once (each may hold --max-body); past it 503 too-busy with Retry-After")
 	fs.DurationVar(&c.drain, "drain-timeout", 30*time.Second, "on SIGTERM, how long to let in-flight requests finish")
 	c.log = addLogFlags(fs, "info")
 	return fs, c
@@ -181,7 +186,7 @@ func (c *serveConfig) check() []error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"wait-timeout", c.waitTimeout}, {"upstream-timeout", c.timeout}, {"drain-timeout", c.drain}} {
+	}{{"wait-timeout", c.waitTimeout}, {"upstream-timeout", c.timeout}, {"drain-timeout", c.drain}, {"read-timeout", c.readTimeout}, {"idle-timeout", c.idleTimeout}} {
 		if d.v <= 0 {
 			bad(d.name, "%v is not positive", d.v)
 		}
@@ -190,6 +195,10 @@ func (c *serveConfig) check() []error {
 	o := &c.idemOpts
 	o.RequireKey, o.KeyFrom, o.Lease, o.Retention, o.WaitTimeout = c.requireKey, c.keyFrom, c.lease, c.retention, c.waitTimeout
 	o.MaxBody, o.MaxResponse = int64(c.maxBody), int64(c.maxResponse)
+	o.MaxInFlight = c.maxInFlight
+	if c.maxInFlight < 1 {
+		bad("max-inflight", "%d is not positive", c.maxInFlight)
+	}
 	o.Methods, o.AllowHeaders, o.Exclude = splitList(c.methods), splitList(c.allowHeaders), splitList(c.exclude)
 	switch c.anonymousScope {
 	case "refuse":
@@ -335,7 +344,8 @@ func (c *serveConfig) run(ctx context.Context, stdout, stderr io.Writer) int {
 		c.upstreamURL = &url.URL{Scheme: "http", Host: ln.Addr().String()}
 	}
 
-	gw, err := gateway.New(l, &gateway.Config{Upstream: c.upstreamURL, Options: &c.idemOpts, Timeout: c.timeout, Logger: log, AddedLatency: m.GatewayAdded})
+	gw, err := gateway.New(l, &gateway.Config{Upstream: c.upstreamURL, Options: &c.idemOpts, Timeout: c.timeout, ReadTimeout: c.readTimeout,
+		Logger: log, AddedLatency: m.GatewayAdded})
 	if err != nil {
 		fmt.Fprintf(stderr, "idem serve: %v\n", err)
 		return 2
@@ -345,7 +355,10 @@ func (c *serveConfig) run(ctx context.Context, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "idem serve: --listen: %v\n", err)
 		return 1
 	}
-	srv := &http.Server{Handler: gw, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	headerTimeout := min(10*time.Second, c.readTimeout)
+	// The gateway bounds bodies itself (gateway.Config.ReadTimeout): the
+	// server's own ReadTimeout would also cancel slow upstream answers.
+	srv := &http.Server{Handler: gw, ReadHeaderTimeout: headerTimeout, IdleTimeout: c.idleTimeout, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	failed := make(chan error, 2)
 	go func() { failed <- srv.Serve(ln) }()
 
@@ -366,7 +379,8 @@ func (c *serveConfig) run(ctx context.Context, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "idem serve: --admin: %v\n", err)
 			return 2
 		}
-		adminSrv = &http.Server{Handler: ah, ReadHeaderTimeout: 10 * time.Second}
+		adminSrv = &http.Server{Handler: ah, ReadHeaderTimeout: headerTimeout, ReadTimeout: c.readTimeout, IdleTimeout: c.idleTimeout,
+			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 		go func() { failed <- adminSrv.Serve(aln) }()
 		fmt.Fprintf(stderr, "idem serve: admin on http://%s (/, /healthz, /metrics)\n", aln.Addr())
 	}

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -338,6 +340,9 @@ func TestServeBadFlags(t *testing.T) {
 		{nil, []string{"--demo", "--exclude", "nope"}, "--exclude"},
 		{nil, []string{"--demo", "--release-status", "429,soon"}, "--release-status"},
 		{nil, []string{"--demo", "--release-status", "503"}, "--release-status"},
+		{nil, []string{"--demo", "--read-timeout", "0s"}, "--read-timeout"},
+		{nil, []string{"--demo", "--idle-timeout", "-1s"}, "--idle-timeout"},
+		{nil, []string{"--demo", "--max-inflight", "0"}, "--max-inflight"},
 		{nil, []string{"--demo", "--db", "mysql://x"}, "--db"},
 		{nil, []string{"--demo", "--nope"}, "-nope"},
 		{[]string{"IDEM_MAX_RESPONSE=lots"}, []string{"--demo"}, "IDEM_MAX_RESPONSE"},
@@ -367,5 +372,27 @@ func TestServeBadFlags(t *testing.T) {
 	out, err := exec.Command(idemBin, "serve", "--help").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "IDEM_MAX_BODY") || !strings.Contains(string(out), "--upstream") && !strings.Contains(string(out), "-upstream") {
 		t.Errorf("--help: %v %s", err, out)
+	}
+}
+
+// --read-timeout cuts off a body that stalls (headers, 10 of 100 bytes,
+// silence) instead of holding the connection open for ever.
+func TestServeStalledBody(t *testing.T) {
+	t.Parallel()
+	up := newExecUpstream(false, 0)
+	gw := startGateway(t, nil, "--upstream", upstreamServer(t, up), "--db", testDB(t, "sqlite"), "--read-timeout", "200ms")
+	conn, err := net.Dial("tcp", strings.TrimPrefix(gw.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.Write([]byte("POST /charges HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\nIdempotency-Key: stall\r\nAuthorization: Bearer x\r\n\r\n0123456789"))
+	conn.SetReadDeadline(time.Now().Add(30 * time.Second)) // so that a regression fails instead of hanging
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil || resp.StatusCode != http.StatusRequestTimeout {
+		t.Fatalf("stalled body: %v %v, want 408", resp, err)
+	}
+	if up.seenKey("stall") != 0 {
+		t.Fatal("a stalled request reached the upstream")
 	}
 }
