@@ -162,6 +162,13 @@ type Options struct {
 	// DocsURL is linked from the 400 for a missing key. Default
 	// DefaultDocsURL.
 	DocsURL string
+	// RecordFailed, when set, is called once for every response that
+	// reached its client but could not be recorded (the ledger write failed:
+	// disk full, database gone; a lost lease does not count). The key stays
+	// claimed until its lease ends, then the stale-claim policy applies: by
+	// default a retry is handled again with the same key. Each call is
+	// also logged as an error. metrics.Collector.ResponseUnrecorded fits.
+	RecordFailed func()
 	// Logger receives a line for every notable decision, carrying scope,
 	// a hash of the key, fingerprint and attempt. Default slog.Default().
 	Logger *slog.Logger
@@ -188,6 +195,7 @@ type config struct {
 	fpOpts       []fingerprint.Option
 	formExclude  map[string]bool
 	docsURL      string
+	recordFailed func()
 	log          *slog.Logger
 }
 
@@ -210,6 +218,7 @@ func newConfig(opts *Options) (*config, error) {
 		maxInFlight:  o.MaxInFlight,
 		serverErrors: o.ServerErrors,
 		docsURL:      cmp.Or(o.DocsURL, DefaultDocsURL),
+		recordFailed: o.RecordFailed,
 		log:          cmp.Or(o.Logger, slog.Default()),
 	}
 	if c.scope == nil {

@@ -310,6 +310,7 @@ func (c *serveConfig) run(ctx context.Context, stdout, stderr io.Writer) int {
 	driverName, _, _ := strings.Cut(c.db, ":")
 	m := metrics.New(strings.TrimSuffix(strings.TrimSuffix(driverName, "ql"), "3"))
 	c.ledgerOpts.Observer = m.FaceObserver(metrics.FaceGateway)
+	c.idemOpts.RecordFailed = func() { m.ResponseUnrecorded(metrics.FaceGateway) }
 
 	openCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	l, err := idem.Open(openCtx, c.db, &c.ledgerOpts)
