@@ -22,6 +22,10 @@ import (
 	"github.com/idemdev/idem/metrics"
 )
 
+// demoDB is the ledger of `idem serve --demo` when no --db is given: its
+// own file, emptied on every start, as the demo's charge counter is.
+const demoDB = "idem-demo.db"
+
 const serveUsage = "idem serve --upstream URL [--listen ADDR] [--db URL] [flags]\n       idem serve --demo [flags]"
 
 func init() {
@@ -40,6 +44,7 @@ type serveConfig struct {
 	adminWrite                    bool
 	pruneEvery                    time.Duration
 	demo, requireKey              bool
+	dbSet                         bool // --db (or IDEM_DB) was given
 	scopeHeader, keyFrom, methods string
 	anonymousScope                string
 	lease, retention              time.Duration
@@ -61,7 +66,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	c := &serveConfig{maxBody: idemhttp.DefaultMaxBody, maxResponse: idemhttp.DefaultMaxResponse}
 	fs.StringVar(&c.upstream, "upstream", "", "`URL` of the API to put idem in front of (required unless --demo)")
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "`address` to serve on")
-	fs.StringVar(&c.db, "db", "sqlite:idem.db", "ledger database `URL`: sqlite:PATH, or postgres://… for several gateways")
+	fs.StringVar(&c.db, "db", "sqlite:idem.db", "ledger database `URL`: sqlite:PATH, or postgres://… for several gateways (--demo without --db: "+demoDB+", emptied on start)")
 	fs.StringVar(&c.admin, "admin", "", "`address` for the admin page, /healthz and /metrics (off when empty)")
 	fs.StringVar(&c.adminToken, "admin-token", "", "`token` required by the admin page (needed when --admin is not loopback; at least 16 bytes)")
 	fs.BoolVar(&c.adminWrite, "admin-write", false, "let the admin page reconcile parked and stale claims")
@@ -129,6 +134,7 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		fmt.Fprintf(stderr, "idem serve: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
+	fs.Visit(func(f *flag.Flag) { c.dbSet = c.dbSet || f.Name == "db" })
 	if errs := c.check(); len(errs) > 0 {
 		for _, err := range errs {
 			fmt.Fprintf(stderr, "idem serve: %v\n", err)
@@ -156,6 +162,9 @@ func (c *serveConfig) check() []error {
 			bad("upstream", "%q is not an http:// or https:// URL with a host", c.upstream)
 		}
 		c.upstreamURL = u
+	}
+	if c.demo && !c.dbSet {
+		c.db = "sqlite:" + demoDB
 	}
 	if _, _, err := net.SplitHostPort(c.listen); err != nil {
 		bad("listen", "%q: %v", c.listen, err)
@@ -312,6 +321,17 @@ func (c *serveConfig) run(ctx context.Context, stdout, stderr io.Writer) int {
 	c.ledgerOpts.Observer = m.FaceObserver(metrics.FaceGateway)
 	c.idemOpts.RecordFailed = func() { m.ResponseUnrecorded(metrics.FaceGateway) }
 
+	if c.demo && !c.dbSet {
+		// The demo API's charges live in memory and start from zero; its
+		// ledger starts empty with them, or the first curl of a second run
+		// would already be a replay of a charge the demo no longer knows.
+		for _, f := range []string{demoDB, demoDB + "-wal", demoDB + "-shm"} {
+			if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+				fmt.Fprintf(stderr, "idem serve: --demo: %v\n", err)
+				return 1
+			}
+		}
+	}
 	openCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	l, err := idem.Open(openCtx, c.db, &c.ledgerOpts)
 	cancel()
@@ -401,6 +421,9 @@ func (c *serveConfig) run(ctx context.Context, stdout, stderr io.Writer) int {
 	anon := ""
 	if c.demo {
 		anon = "; --demo: callers without Authorization share one scope"
+		if !c.dbSet {
+			anon += "; the demo's ledger " + demoDB + " was emptied on start"
+		}
 	}
 	fmt.Fprintf(stderr, "idem serve: listening on http://%s, forwarding to %s, ledger %s (lease %v, retention %v%s)\n",
 		addr, c.upstreamURL, redactDB(c.db), c.lease, c.retention, anon)

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -394,5 +395,48 @@ func TestServeStalledBody(t *testing.T) {
 	}
 	if up.seenKey("stall") != 0 {
 		t.Fatal("a stalled request reached the upstream")
+	}
+}
+
+// Running the README demo twice: the second run starts as fresh as the
+// first (its ledger is emptied with its charge counter), so the first
+// curl is charged once again instead of replaying a charge the demo no
+// longer knows.
+func TestServeDemoTwice(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for run := range 2 {
+		cmd := exec.Command(idemBin, "serve", "--demo", "--listen", "127.0.0.1:0")
+		cmd.Dir = dir
+		stderr, _ := cmd.StderrPipe()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(stderr)
+		var url, line string
+		for url == "" && sc.Scan() {
+			line = sc.Text()
+			if m := listeningRE.FindStringSubmatch(line); m != nil {
+				url = m[1]
+			}
+		}
+		if url == "" {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("run %d: no listening line", run)
+		}
+		go io.Copy(io.Discard, stderr)
+		if !strings.Contains(line, "idem-demo.db") || !strings.Contains(line, "share one scope") {
+			t.Errorf("run %d: the startup line does not say how the demo runs: %s", run, line)
+		}
+		a, err := send(context.Background(), client, url+"/charges", `{"amount":1000}`, "Idempotency-Key: order-42", "Authorization:")
+		cmd.Process.Kill()
+		cmd.Wait()
+		if err != nil || a.status != 201 || a.header.Get("Idempotent-Replayed") != "" || !strings.Contains(a.body, `"charges_for_this_key": 1`) {
+			t.Fatalf("run %d: first curl got %d %v %q %v; want a fresh charge", run, a.status, a.header, a.body, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "idem.db")); err == nil {
+		t.Error("the demo wrote the default idem.db")
 	}
 }
