@@ -59,7 +59,7 @@ func TestServeConcurrentDuplicates(t *testing.T) {
 		}
 		close(start)
 		wg.Wait()
-		if n := up.executions("storm", ""); n != 1 {
+		if n := up.executions("storm", testClient); n != 1 {
 			t.Fatalf("upstream executed %d times, want 1", n)
 		}
 		for i, b := range bodies {
@@ -98,7 +98,7 @@ func TestServeTwoGatewaysOnePostgres(t *testing.T) {
 	close(start)
 	wg.Wait()
 	for k := range keys {
-		if n := up.executions(fmt.Sprintf("order-%d", k), ""); n != 1 {
+		if n := up.executions(fmt.Sprintf("order-%d", k), testClient); n != 1 {
 			t.Errorf("key order-%d executed %d times", k, n)
 		}
 		for d := range dups {
@@ -137,8 +137,8 @@ func TestServeCrashAfterUpstreamAnswered(t *testing.T) {
 		if a.status != http.StatusCreated {
 			t.Fatalf("retry after restart: %d %s", a.status, a.body)
 		}
-		if up.seenKey("crash") != 2 || up.executions("crash", "") != 1 {
-			t.Fatalf("upstream saw the key %d times and executed %d; want 2 and 1", up.seenKey("crash"), up.executions("crash", ""))
+		if up.seenKey("crash") != 2 || up.executions("crash", testClient) != 1 {
+			t.Fatalf("upstream saw the key %d times and executed %d; want 2 and 1", up.seenKey("crash"), up.executions("crash", testClient))
 		}
 		again := sendUntilDone(t, 5*time.Second, second.url+"/charges", `{"amount":5}`, "Idempotency-Key: crash")
 		if again.body != a.body || again.header.Get("Idempotent-Replayed") != "true" {
@@ -163,7 +163,7 @@ func TestServeClientDisconnect(t *testing.T) {
 		if a.status != http.StatusCreated || a.header.Get("Idempotent-Replayed") != "true" {
 			t.Fatalf("retry: %d %v %s, want the recorded 201", a.status, a.header, a.body)
 		}
-		if n := up.executions("gone", ""); n != 1 {
+		if n := up.executions("gone", testClient); n != 1 {
 			t.Fatalf("executed %d times", n)
 		}
 	})
@@ -256,8 +256,8 @@ func TestServeDrainsOnSIGTERM(t *testing.T) {
 	}
 	again := startGateway(t, nil, "--upstream", upURL, "--db", db)
 	a := sendUntilDone(t, 5*time.Second, again.url+"/charges", `{}`, "Idempotency-Key: drain")
-	if a.body != first.body || a.header.Get("Idempotent-Replayed") != "true" || up.executions("drain", "") != 1 {
-		t.Fatalf("after restart: %q %v, %d executions", a.body, a.header, up.executions("drain", ""))
+	if a.body != first.body || a.header.Get("Idempotent-Replayed") != "true" || up.executions("drain", testClient) != 1 {
+		t.Fatalf("after restart: %q %v, %d executions", a.body, a.header, up.executions("drain", testClient))
 	}
 }
 
