@@ -71,8 +71,8 @@ func TestCompressedUpstream(t *testing.T) {
 	})
 }
 
-// Real clients: Python requests and curl --compressed send Accept-Encoding
-// gzip, curl without --compressed sends none; each gets the same JSON
+// Real clients: Python requests, Node fetch and curl --compressed send
+// Accept-Encoding gzip, curl without --compressed sends none; each gets the same JSON
 // from the first answer and from replays. Skipped where they are missing.
 func TestCompressedUpstreamRealClients(t *testing.T) {
 	t.Parallel()
@@ -109,6 +109,24 @@ for _ in range(2):
 			check("python requests", line)
 		}
 	}
+	if node, err := exec.LookPath("node"); err == nil {
+		ran = true
+		script := `(async () => {
+  for (let i = 0; i < 2; i++) {
+    const r = await fetch(process.argv[1], {method: "POST", body: '{"amount":1000}',
+      headers: {"Content-Type": "application/json", "Idempotency-Key": "real-1", "Authorization": "Bearer real"}});
+    if (r.status !== 201) throw new Error("status " + r.status);
+    console.log(await r.text());
+  }
+})().catch(e => { console.error(e); process.exit(1); });`
+		out, err := exec.Command(node, "-e", script, gw).CombinedOutput()
+		if err != nil {
+			t.Fatalf("node fetch: %v\n%s", err, out)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			check("node fetch", line)
+		}
+	}
 	if curl, err := exec.LookPath("curl"); err == nil {
 		ran = true
 		for _, compressed := range []bool{true, true, false} {
@@ -125,6 +143,6 @@ for _ in range(2):
 		}
 	}
 	if !ran {
-		t.Skip("neither python3 with requests nor curl on PATH")
+		t.Skip("none of python3 with requests, node or curl on PATH")
 	}
 }
