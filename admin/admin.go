@@ -163,6 +163,15 @@ func Handler(l *idem.Ledger, opts *Options) http.Handler {
 	return h
 }
 
+// Validate reports what New would refuse o for, without a ledger: for
+// command lines that check their flags before opening a database.
+func (o *Options) Validate() error {
+	if o == nil {
+		return nil
+	}
+	return check(*o)
+}
+
 // check refuses options that would expose the page or cannot work.
 func check(o Options) error {
 	if o.Token != "" && len(o.Token) < MinTokenLen {

@@ -120,6 +120,7 @@ func (r *runner) httpLoad(label string, h http.Handler, c int) (opFunc, func(), 
 		}
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", prefix+strconv.FormatInt(seq.Add(1), 10))
+		req.Header.Set("Authorization", "Bearer bench") // keys are scoped by credential; none is refused
 		resp, err := client.Do(req)
 		if err != nil {
 			return err

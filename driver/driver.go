@@ -158,7 +158,8 @@ type Driver interface {
 	// Setup readies the database for the ledger: it checks the connection
 	// and the settings the driver depends on, applies the migrations
 	// (unless cfg.NoMigrate) and starts group commit. idem.New calls it
-	// once, before any other method.
+	// before any other method; on a driver already set up it does nothing
+	// (a ledger opened on a wrapped driver, say).
 	Setup(ctx context.Context, cfg Config) error
 	// Executor adapts a caller's open transaction (*sql.Tx; pgx.Tx on the
 	// postgres driver) so that a method runs inside it. Any other type is
@@ -180,6 +181,9 @@ type Driver interface {
 	// Close stops group commit. It closes the application's handle only
 	// when the driver opened it itself (a URL-based open).
 	Close() error
+	// Secret returns the secret called name, storing fresh as its value
+	// first if there is none yet; every caller gets the one stored first.
+	Secret(ctx context.Context, name string, fresh []byte) ([]byte, error)
 }
 
 // Migration is one numbered, re-runnable schema step.

@@ -57,6 +57,7 @@ func runClients(b *testing.B, target string) {
 		for pb.Next() {
 			req, _ := http.NewRequest("POST", target+"/charges", strings.NewReader(`{"amount":1000}`))
 			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer bench")
 			req.Header.Set("Idempotency-Key", "bench-"+strconv.FormatInt(seq.Add(1), 10))
 			resp, err := client.Do(req)
 			if err != nil {

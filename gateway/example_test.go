@@ -40,6 +40,7 @@ func ExampleNew() {
 	for range 3 {
 		req, _ := http.NewRequest("POST", srv.URL+"/charges", strings.NewReader(`{"amount":1000}`))
 		req.Header.Set("Idempotency-Key", "order-42")
+		req.Header.Set("Authorization", "Bearer sk_test_1") // keys are scoped by credential
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			panic(err)

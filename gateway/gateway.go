@@ -21,11 +21,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptrace"
 	"net/http/httputil"
 	"net/url"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -50,6 +52,13 @@ type Config struct {
 	// middleware does not guard (GET, …) are bounded by the client only.
 	// Default DefaultTimeout.
 	Timeout time.Duration
+	// ReadTimeout bounds how long a request's body may take to arrive,
+	// from the moment the gateway starts on the request; a stalled body is
+	// cut off (408 body-timeout for a guarded request; nothing claimed).
+	// Headers are bounded by the server's ReadHeaderTimeout. 0 means no
+	// bound. Unlike http.Server.ReadTimeout it stops at the end of the
+	// body, so a slow upstream answer is not mistaken for a client gone.
+	ReadTimeout time.Duration
 	// Transport makes the upstream calls. Default: a clone of
 	// http.DefaultTransport that keeps up to 256 idle connections.
 	Transport http.RoundTripper
@@ -64,8 +73,9 @@ type Config struct {
 
 // Gateway is an http.Handler forwarding to one upstream.
 type Gateway struct {
-	handler http.Handler
-	added   func(time.Duration)
+	handler     http.Handler
+	added       func(time.Duration)
+	readTimeout time.Duration
 }
 
 // New builds a gateway on l. The error names every bad option.
@@ -77,8 +87,8 @@ func New(l *idem.Ledger, cfg *Config) (*Gateway, error) {
 	if c.Upstream == nil || (c.Upstream.Scheme != "http" && c.Upstream.Scheme != "https") || c.Upstream.Host == "" {
 		return nil, fmt.Errorf("gateway: upstream %v: want an http:// or https:// URL with a host", c.Upstream)
 	}
-	if c.Timeout < 0 {
-		return nil, fmt.Errorf("gateway: timeout %v is negative", c.Timeout)
+	if c.Timeout < 0 || c.ReadTimeout < 0 {
+		return nil, fmt.Errorf("gateway: timeout %v or read timeout %v is negative", c.Timeout, c.ReadTimeout)
 	}
 	log := cmp.Or(c.Logger, slog.Default())
 	opts := idemhttp.Options{}
@@ -103,12 +113,41 @@ func New(l *idem.Ledger, cfg *Config) (*Gateway, error) {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(upstream)
 			pr.SetXForwarded()
+			if idemhttp.Claim(pr.In.Context()) != nil {
+				// A guarded answer is stored and replayed to clients that
+				// may not accept the coding the first one did: the
+				// transport asks for gzip itself and decodes it, so the
+				// answer is stored (and sent) as the upstream meant it.
+				pr.Out.Header.Del("Accept-Encoding")
+			}
 		},
 		Transport:    transport,
 		ErrorHandler: f.upstreamFailed,
 		ErrorLog:     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	return &Gateway{handler: mw(f), added: c.AddedLatency}, nil
+	return &Gateway{handler: mw(f), added: c.AddedLatency, readTimeout: c.ReadTimeout}, nil
+}
+
+// deadlineBody lifts the read deadline once the body has been read (or
+// closed): net/http keeps reading the connection in the background after
+// the body, to notice a client that went away, and an expired deadline
+// there would cancel the request as if it had.
+type deadlineBody struct {
+	io.ReadCloser
+	clear func()
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.clear()
+	}
+	return n, err
+}
+
+func (b *deadlineBody) Close() error {
+	b.clear()
+	return b.ReadCloser.Close()
 }
 
 // upstreamTime carries how long the upstream call of one request took.
@@ -118,6 +157,12 @@ type upstreamTimeKey struct{}
 
 // ServeHTTP guards r and forwards it.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if g.readTimeout > 0 && r.Body != nil && r.Body != http.NoBody {
+		rc := http.NewResponseController(w)
+		if rc.SetReadDeadline(time.Now().Add(g.readTimeout)) == nil {
+			r.Body = &deadlineBody{ReadCloser: r.Body, clear: sync.OnceFunc(func() { rc.SetReadDeadline(time.Time{}) })}
+		}
+	}
 	if g.added == nil {
 		g.handler.ServeHTTP(w, r)
 		return
@@ -194,7 +239,19 @@ func (f *forwarder) upstreamFailed(w http.ResponseWriter, r *http.Request, err e
 			slog.String("key", idem.KeyHash(c.Op.Key)), slog.Int64("attempt", c.Token), slog.Any("err", err))
 		wait := int(max(c.Op.Lease.Round(time.Second)/time.Second, 1))
 		idemhttp.WriteProblem(w, idemhttp.Problem{Type: idemhttp.ProblemUpstreamUnknown, Title: "Upstream outcome unknown", Status: http.StatusGatewayTimeout,
-			Detail: fmt.Sprintf("The request was sent upstream but no answer came (%v); it may or may not have taken effect. Retry with the same key: until the claim's lease ends (%v) you get 409, after that the request is forwarded again with the same key.",
-				err, c.Op.Lease), RetryAfter: wait})
+			Detail: fmt.Sprintf("The request was sent upstream but no answer came (%v); it may or may not have taken effect. Retry with the same key: until the claim's lease ends (%v) you get 409, after that %s.",
+				err, c.Op.Lease, afterLease(c.Op.Stale)), RetryAfter: wait})
 	}
+}
+
+// afterLease says what a retry meets once an unknown outcome's lease has
+// ended, under the stale-claim policy in force.
+func afterLease(p idem.StalePolicy) string {
+	switch p {
+	case idem.StalePark:
+		return "the key is parked: a retry gets 409 operation-parked until an operator decides what happened (idem reconcile)"
+	case idem.StaleReconcile:
+		return "the reconciler finds out whether it took effect, and the request is forwarded again with the same key only if it did not"
+	}
+	return "the request is forwarded again with the same key"
 }

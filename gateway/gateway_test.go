@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"log"
 	"log/slog"
@@ -24,7 +25,23 @@ import (
 	"github.com/idemdev/idem/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	http.DefaultClient.Transport = asClient{http.DefaultTransport}
+	pgtest.Main(m)
+}
+
+// asClient makes the tests' requests those of one authenticated caller:
+// a guarded request without a credential is refused (AnonymousRefuse).
+// A request that sets Authorization, even to "", keeps what it set.
+type asClient struct{ next http.RoundTripper }
+
+func (a asClient) RoundTrip(r *http.Request) (*http.Response, error) {
+	if _, set := r.Header["Authorization"]; !set {
+		r = r.Clone(r.Context())
+		r.Header.Set("Authorization", "Bearer test-client")
+	}
+	return a.next.RoundTrip(r)
+}
 
 var quiet = slog.New(slog.DiscardHandler)
 
@@ -83,6 +100,18 @@ func (u *upstream) count(key string) int {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return u.seen[key]
+}
+
+// record reads the record of key, whatever its scope.
+func record(t *testing.T, l *idem.Ledger, key string) (idemtype.Record, error) {
+	t.Helper()
+	recs, err := l.List(context.Background(), idemtype.ListFilter{})
+	for _, r := range recs {
+		if r.Key == key {
+			return r, nil
+		}
+	}
+	return idemtype.Record{}, fmt.Errorf("no record of %q (%v)", key, err)
 }
 
 func serveQuiet(t *testing.T, h http.Handler) *httptest.Server {
@@ -210,7 +239,7 @@ func TestUpstreamRefused(t *testing.T) {
 		ln.Close()
 		gw := newGateway(t, l, "http://"+addr, nil)
 		wantProblem(t, post(t, gw, `{}`, "Idempotency-Key: k"), 502, idemhttp.ProblemUpstreamDown)
-		rec, err := l.Get(context.Background(), "", "k")
+		rec, err := record(t, l, "k")
 		if err != nil || rec.State != idemtype.StateReleased {
 			t.Fatalf("record after 502: %v %v, want released", rec.State, err)
 		}
@@ -266,7 +295,7 @@ func TestUpstreamDrops(t *testing.T) {
 		}
 		gw := newGateway(t, l, serveQuiet(t, up).URL, &gateway.Config{Options: &idemhttp.Options{Lease: time.Minute}})
 		wantProblem(t, post(t, gw, `{}`, "Idempotency-Key: k"), 504, idemhttp.ProblemUpstreamUnknown)
-		rec, _ := l.Get(context.Background(), "", "k")
+		rec, _ := record(t, l, "k")
 		if rec.State != idemtype.StateInProgress {
 			t.Fatalf("record is %s, want in_progress until its lease ends", rec.State)
 		}
@@ -410,3 +439,55 @@ func TestDemo(t *testing.T) {
 }
 
 func newLoopbackListener() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
+
+// An upstream 429 (like 408 and 425) says nothing was done: passed
+// through, not stored, key released, so the client's retry gets through.
+func TestUpstream429Released(t *testing.T) {
+	t.Parallel()
+	l := openLedger(t, "sqlite")
+	up := newUpstream()
+	up.handle = func(w http.ResponseWriter, r *http.Request) {
+		if up.count(r.Header.Get("Idempotency-Key")) == 1 {
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "slow down", http.StatusTooManyRequests)
+			return
+		}
+		w.WriteHeader(201)
+	}
+	gw := newGateway(t, l, serveQuiet(t, up).URL, nil)
+	if r := post(t, gw, `{}`, "Idempotency-Key: k"); r.status != 429 || r.header.Get("Retry-After") != "1" {
+		t.Fatalf("429 not passed through: %d %v", r.status, r.header)
+	}
+	if r := post(t, gw, `{}`, "Idempotency-Key: k"); r.status != 201 || r.header.Get("Idempotent-Replayed") != "" || up.count("k") != 2 {
+		t.Fatalf("after a 429 the retry got %d %v after %d calls; want it forwarded", r.status, r.header, up.count("k"))
+	}
+}
+
+// Under the park policy the 504 says what will happen: the key is parked,
+// not forwarded again; and a retry after the lease is indeed parked.
+func TestUpstreamTimeoutUnderPark(t *testing.T) {
+	t.Parallel()
+	l := openLedger(t, "sqlite")
+	up := newUpstream()
+	up.handle = func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(300 * time.Millisecond)
+		w.WriteHeader(201)
+	}
+	gw := newGateway(t, l, serveQuiet(t, up).URL, &gateway.Config{
+		Timeout: 50 * time.Millisecond, Options: &idemhttp.Options{Lease: 200 * time.Millisecond, Stale: idem.StalePark}})
+	r := post(t, gw, `{}`, "Idempotency-Key: k")
+	wantProblem(t, r, 504, idemhttp.ProblemUpstreamUnknown)
+	if strings.Contains(r.body, "forwarded again") || !strings.Contains(r.body, "parked") {
+		t.Fatalf("504 under --stale park promises the wrong thing: %s", r.body)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		r = post(t, gw, `{}`, "Idempotency-Key: k")
+		if strings.Contains(r.body, idemhttp.ProblemParked) || time.Now().After(deadline) {
+			break
+		}
+	}
+	wantProblem(t, r, 409, idemhttp.ProblemParked)
+	if up.count("k") != 1 {
+		t.Fatalf("upstream saw the key %d times, want 1", up.count("k"))
+	}
+}

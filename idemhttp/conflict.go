@@ -69,7 +69,7 @@ func (g *guard) answer(w http.ResponseWriter, r *http.Request, op idem.Op, c *id
 	switch c.Outcome {
 	case idem.Replay:
 		g.logOp(ctx, slog.LevelDebug, "replayed", op, c.Record.Attempt, slog.Int("status", c.Result.Status))
-		writeReplay(w, c.Result)
+		writeReplay(w, r, c.Result)
 	case idem.InFlight:
 		g.logOp(ctx, slog.LevelDebug, "in flight", op, c.Record.Attempt)
 		WriteProblem(w, Problem{Type: ProblemInFlight, Title: "Request in flight", Status: http.StatusConflict,

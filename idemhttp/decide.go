@@ -16,7 +16,8 @@ const (
 )
 
 // decide applies, in order: what the handler said (Release, Unknown), the
-// 5xx policy, and whether the response could be kept.
+// statuses that release the key (429, …), the 5xx policy, and whether the
+// response could be kept.
 func (g *guard) decide(ctl *control, rec *recorder) action {
 	switch verdict(ctl.verdict.Load()) {
 	case verdictRelease:
@@ -24,7 +25,11 @@ func (g *guard) decide(ctl *control, rec *recorder) action {
 	case verdictUnknown:
 		return actLeave
 	}
-	if cmp.Or(rec.status, http.StatusOK) >= 500 {
+	status := cmp.Or(rec.status, http.StatusOK)
+	if g.cfg.release[status] {
+		return actRelease
+	}
+	if status >= 500 {
 		switch g.cfg.serverErrors {
 		case Release5xx:
 			return actRelease

@@ -22,9 +22,17 @@
 // Every answer that is not the handler's own is RFC 9457
 // application/problem+json, with a type URI under ProblemBase.
 //
-// Keys live in a scope (Options.Scope, by default a hash of the
-// Authorization header): a client never receives another scope's stored
-// response, and never a 409 caused by another scope's request.
+// Keys live in a scope (Options.Scope, by default a keyed hash of the
+// Authorization header under a secret kept in the database): a client never
+// receives another scope's stored response, and never a 409 caused by
+// another scope's request. A request with a key but no credential is
+// refused (400 scope-missing) unless Options.AnonymousScope shares one
+// scope among such callers.
+//
+// Answers that say "nothing was done, try later" (408, 425, 429:
+// Options.ReleaseStatus; 5xx: Options.ServerErrors) release the key
+// instead of being stored. A compressed response is stored with its
+// Content-Encoding and decoded for a retry that does not accept it.
 //
 // # Two modes
 //

@@ -27,6 +27,7 @@ func exampleLedger() (*idem.Ledger, func()) {
 func examplePost(url, key, body string) {
 	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
 	req.Header.Set("Idempotency-Key", key)
+	req.Header.Set("Authorization", "Bearer sk_test_1") // whose key it is: keys are scoped by credential
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		panic(err)

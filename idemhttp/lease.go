@@ -102,10 +102,17 @@ func (g *guard) finishLease(r *http.Request, c *idem.Claim, act action, rec *rec
 		status, h, body := rec.result()
 		err = g.complete(ctx, nil, c, g.cfg.storedResult(status, h, body))
 	}
-	if errors.Is(err, idem.ErrLeaseLost) {
+	switch {
+	case errors.Is(err, idem.ErrLeaseLost):
 		g.logOp(ctx, slog.LevelWarn, "lease lost before the response was recorded; a later attempt owns the key", c.Op, c.Token)
-	} else if err != nil {
-		g.logOp(ctx, slog.LevelError, "recording the response failed; the claim ends with its lease", c.Op, c.Token, slog.Any("err", err))
+	case err != nil && act == actRelease:
+		g.logOp(ctx, slog.LevelError, "releasing the key failed; the claim ends with its lease", c.Op, c.Token, slog.Any("err", err))
+	case err != nil:
+		g.logOp(ctx, slog.LevelError, "response delivered but not recorded; the claim ends with its lease, then the stale-claim policy applies",
+			c.Op, c.Token, slog.Int("status", status), slog.String("stale", c.Op.Stale.String()), slog.Any("err", err))
+		if g.cfg.recordFailed != nil {
+			g.cfg.recordFailed()
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package idemhttp
 import (
 	"context"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/idemdev/idem"
@@ -57,9 +58,13 @@ func must(mw func(http.Handler) http.Handler, err error) func(http.Handler) http
 
 // guard is one configured middleware.
 type guard struct {
-	l   *idem.Ledger
-	cfg *config
-	tx  bool
+	l      *idem.Ledger
+	cfg    *config
+	tx     bool
+	secret scopeSecret
+	// inflight holds a token per guarded request being handled; nil
+	// when MaxInFlight is 0.
+	inflight chan struct{}
 }
 
 func newGuard(l *idem.Ledger, opts *Options, tx bool) (func(http.Handler) http.Handler, error) {
@@ -71,6 +76,9 @@ func newGuard(l *idem.Ledger, opts *Options, tx bool) (func(http.Handler) http.H
 		return nil, err
 	}
 	g := &guard{l: l, cfg: cfg, tx: tx}
+	if cfg.maxInFlight > 0 {
+		g.inflight = make(chan struct{}, cfg.maxInFlight)
+	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.serve(w, r, next) })
 	}, nil
@@ -81,15 +89,28 @@ func (g *guard) serve(w http.ResponseWriter, r *http.Request, next http.Handler)
 		next.ServeHTTP(w, r)
 		return
 	}
-	p, prob := g.cfg.prepare(r)
+	done, ok := g.enter()
+	if !ok {
+		WriteProblem(w, Problem{Type: ProblemTooBusy, Title: "Too many requests in flight", Status: http.StatusServiceUnavailable,
+			Detail: "The server is handling as many guarded requests as it allows; nothing was done. Retry with the same key.", RetryAfter: 1})
+		return
+	}
+	p, prob := g.cfg.prepare(r, func() ([]byte, error) {
+		ctx, cancel := detached(r)
+		defer cancel()
+		return g.secret.get(ctx, g.l)
+	})
 	if prob != nil {
+		done()
 		WriteProblem(w, *prob)
 		return
 	}
 	if p == nil {
+		done() // unguarded: its body is not held
 		next.ServeHTTP(w, r)
 		return
 	}
+	defer done()
 	if g.tx {
 		g.serveTx(w, r, next, g.cfg.op(p))
 	} else {
@@ -101,4 +122,18 @@ func (g *guard) serve(w http.ResponseWriter, r *http.Request, next http.Handler)
 // that goes away must not cancel a claim or a completion half way.
 func detached(r *http.Request) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(r.Context()), ledgerTimeout)
+}
+
+// enter takes an in-flight token, if MaxInFlight asks for one; ok is
+// false when none is free. done gives it back.
+func (g *guard) enter() (done func(), ok bool) {
+	if g.inflight == nil {
+		return func() {}, true
+	}
+	select {
+	case g.inflight <- struct{}{}:
+		return sync.OnceFunc(func() { <-g.inflight }), true
+	default:
+		return nil, false
+	}
 }

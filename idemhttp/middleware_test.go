@@ -2,10 +2,15 @@ package idemhttp_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -659,10 +664,141 @@ func TestBadOptions(t *testing.T) {
 	l := openLedger(t, "sqlite")
 	for _, o := range []idemhttp.Options{
 		{KeyFrom: "cookie:x"}, {KeyFrom: "json:x"}, {KeyFrom: "json:/a~2"}, {MaxBody: -1},
-		{AllowHeaders: []string{"set-cookie"}}, {Exclude: []string{"nope"}}, {OnConflict: 7},
+		{AllowHeaders: []string{"set-cookie"}}, {AllowHeaders: []string{"WWW-Authenticate"}}, {AllowHeaders: []string{"www-authenticate"}},
+		{AllowHeaders: []string{"Proxy-Authenticate"}}, {Exclude: []string{"nope"}}, {OnConflict: 7},
 	} {
 		if _, err := idemhttp.New(l, &o); err == nil {
 			t.Errorf("New(%+v) accepted", o)
 		}
 	}
+}
+
+// 408, 425 and 429 mean "nothing was done, try later": passed through,
+// not stored, key released; ReleaseStatus changes the set.
+func TestReleaseStatuses(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, l *idem.Ledger) {
+		answering := func() *counter {
+			h := newCounter()
+			h.before = func(w http.ResponseWriter, r *http.Request) bool {
+				code, _ := strconv.Atoi(r.Header.Get("Answer"))
+				w.Header().Set("Retry-After", "1")
+				http.Error(w, "try later", code)
+				return true
+			}
+			return h
+		}
+		h := answering()
+		url := guarded(t, l, nil, h)
+		for _, code := range []int{408, 425, 429} {
+			key := "Idempotency-Key: k" + strconv.Itoa(code)
+			for range 2 {
+				if r := do(t, "POST", url, `{}`, key, "Answer: "+strconv.Itoa(code)); r.status != code || r.header.Get("Idempotent-Replayed") != "" {
+					t.Fatalf("%d: got %d %v", code, r.status, r.header)
+				}
+			}
+			if n := h.count("k" + strconv.Itoa(code)); n != 2 {
+				t.Fatalf("%d: ran %d times, want 2 (released each time)", code, n)
+			}
+		}
+		do(t, "POST", url, `{}`, "Idempotency-Key: k400", "Answer: 400")
+		if r := do(t, "POST", url, `{}`, "Idempotency-Key: k400", "Answer: 400"); r.header.Get("Idempotent-Replayed") != "true" || h.count("k400") != 1 {
+			t.Fatalf("400 not stored: %d %v", r.status, r.header)
+		}
+
+		h = answering()
+		url = guarded(t, l, &idemhttp.Options{ReleaseStatus: []int{}}, h)
+		do(t, "POST", url, `{}`, "Idempotency-Key: none429", "Answer: 429")
+		if r := do(t, "POST", url, `{}`, "Idempotency-Key: none429", "Answer: 429"); r.header.Get("Idempotent-Replayed") != "true" || h.count("none429") != 1 {
+			t.Fatalf("ReleaseStatus {}: 429 not stored: %d %v", r.status, r.header)
+		}
+	})
+	l := openLedger(t, "sqlite")
+	for _, bad := range [][]int{{200}, {503}, {42}} {
+		if _, err := idemhttp.New(l, &idemhttp.Options{ReleaseStatus: bad}); err == nil {
+			t.Errorf("ReleaseStatus %v accepted", bad)
+		}
+	}
+}
+
+// A guarded request with a key but no credential never meets another
+// caller's stored answer: by default it is refused, naming the fix; with
+// AnonymousShared it is handled in one shared scope.
+func TestAnonymousRefused(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, l *idem.Ledger) {
+		h := newCounter()
+		url := guarded(t, l, nil, h)
+		r := do(t, "POST", url, `{}`, "Idempotency-Key: k", "Authorization:", "Cookie: session=alice")
+		wantProblem(t, r, 400, idemhttp.ProblemScopeMissing)
+		for _, fix := range []string{"--scope-header", "--anonymous-scope shared", "AnonymousShared"} {
+			if !strings.Contains(r.body, fix) {
+				t.Errorf("the refusal does not name the fix %q: %s", fix, r.body)
+			}
+		}
+		if h.total() != 0 || len(records(t, l)) != 0 {
+			t.Fatalf("refused request ran (%d) or claimed (%d records)", h.total(), len(records(t, l)))
+		}
+		if r := do(t, "POST", url, `{}`, "Authorization:"); r.status != 201 {
+			t.Fatalf("a request without key or credential should pass through unguarded: %d", r.status)
+		}
+
+		shared := guarded(t, l, &idemhttp.Options{AnonymousScope: idemhttp.AnonymousShared}, h)
+		a := do(t, "POST", shared, `{}`, "Idempotency-Key: s", "Authorization:")
+		b := do(t, "POST", shared, `{}`, "Idempotency-Key: s", "Authorization:")
+		if a.status != 201 || b.body != a.body || b.header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("AnonymousShared: %d %q / %q", a.status, a.body, b.body)
+		}
+	})
+}
+
+// The scope of an Authorization header is a keyed hash under a secret kept
+// in the database: neither the ledger nor a log line holds the plain
+// SHA-256 an attacker could crack a weak credential from. Two middlewares
+// on one database agree on it; another database has another secret.
+func TestScopeIsKeyedHash(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, l *idem.Ledger) {
+		const auth = "Basic dXNlcjpwYXNzd29yZA==" // user:password
+		sum := sha256.Sum256([]byte(auth))
+		plain := hex.EncodeToString(sum[:])
+		var logs bytes.Buffer
+		var mu sync.Mutex
+		log := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		h := newCounter()
+		mw1, _ := idemhttp.New(l, &idemhttp.Options{Logger: log})
+		mw2, _ := idemhttp.New(l, &idemhttp.Options{Logger: log})
+		one, two := serve(t, mw1(h)).URL, serve(t, mw2(h)).URL
+		first := do(t, "POST", one, `{}`, "Idempotency-Key: k", "Authorization: "+auth)
+		if r := do(t, "POST", two, `{}`, "Idempotency-Key: k", "Authorization: "+auth); r.body != first.body || h.count("k") != 1 {
+			t.Fatalf("a second middleware on the same database computed another scope: %q vs %q", r.body, first.body)
+		}
+		recs := records(t, l)
+		if len(recs) != 1 || !strings.HasPrefix(recs[0].Scope, "authorization-hmac:") || strings.Contains(recs[0].Scope, plain) {
+			t.Fatalf("stored scope %q: want a keyed hash, not the SHA-256 %s", recs[0].Scope, plain)
+		}
+		mu.Lock()
+		logged := logs.String()
+		mu.Unlock()
+		if strings.Contains(logged, plain) || strings.Contains(logged, auth) || !strings.Contains(logged, recs[0].Scope) {
+			t.Fatalf("logs hold a crackable digest or the credential, or not the scope:\n%s", logged)
+		}
+
+		other := openLedger(t, "sqlite")
+		do(t, "POST", guarded(t, other, nil, h), `{}`, "Idempotency-Key: k", "Authorization: "+auth)
+		if s := records(t, other)[0].Scope; s == recs[0].Scope {
+			t.Fatalf("two databases share a scope secret: %q", s)
+		}
+	})
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -34,6 +34,12 @@ const (
 // otherwise: the ones that are not idempotent by definition (RFC 9110 §9.2.2).
 var DefaultMethods = []string{http.MethodPost, http.MethodPatch}
 
+// DefaultReleaseStatus are the answers that say "nothing was done, try
+// later": 408 Request Timeout, 425 Too Early and 429 Too Many Requests.
+// They are passed through unstored and release the key, like a 5xx under
+// Release5xx, so a retry with the same key is handled again.
+var DefaultReleaseStatus = []int{http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests}
+
 // DefaultAllowHeaders are the response headers stored and replayed besides
 // the ones in Options.AllowHeaders.
 var DefaultAllowHeaders = []string{"Content-Type", "Location", "Content-Location", "ETag", "Last-Modified", "Link"}
@@ -102,8 +108,13 @@ type Options struct {
 	KeyFrom string
 	// Scope names who owns a key; keys never match across scopes. Default
 	// ScopeAuthorization. The result must be at most 255 bytes without
-	// control characters, or the request gets 400.
+	// control characters, or the request gets 400. "" means the request
+	// has no scope: see AnonymousScope.
 	Scope func(*http.Request) string
+	// AnonymousScope is what a guarded request with a key but no scope
+	// gets. Default AnonymousRefuse: 400 scope-missing, so that a caller
+	// without a credential never receives another caller's response.
+	AnonymousScope AnonymousPolicy
 	// Lease is how long a claim is trusted without a heartbeat. The
 	// middleware heartbeats while the handler runs, so this only bounds how
 	// long a key stays blocked after the process dies (or after an upstream
@@ -125,10 +136,22 @@ type Options struct {
 	// OnConflict is what a request gets while the same key is in flight.
 	// Default Reject.
 	OnConflict ConflictPolicy
+	// MaxInFlight bounds how many guarded requests are handled at once
+	// (each may hold up to MaxBody of request body in memory). Past it a
+	// request to a guarded method gets 503 too-busy with Retry-After,
+	// before its body is read or anything is claimed; one that turns out
+	// to carry no key gives its place back before it is passed through.
+	// 0 means no bound.
+	MaxInFlight int
 	// WaitTimeout bounds a wait under OnConflict Wait. Default 10s.
 	WaitTimeout time.Duration
 	// ServerErrors is what becomes of a 5xx answer. Default Release5xx.
 	ServerErrors ServerErrorPolicy
+	// ReleaseStatus lists 4xx statuses that are passed through unstored
+	// and release the key, as answers that mean "nothing was done, try
+	// later" (5xx answers follow ServerErrors). nil means
+	// DefaultReleaseStatus; an empty non-nil slice releases none.
+	ReleaseStatus []int
 	// AllowHeaders are response headers stored and replayed in addition to
 	// DefaultAllowHeaders. Credentials (Set-Cookie, Authorization,
 	// WWW-Authenticate, …) and hop-by-hop headers cannot be allowed.
@@ -140,6 +163,13 @@ type Options struct {
 	// DocsURL is linked from the 400 for a missing key. Default
 	// DefaultDocsURL.
 	DocsURL string
+	// RecordFailed, when set, is called once for every response that
+	// reached its client but could not be recorded (the ledger write failed:
+	// disk full, database gone; a lost lease does not count). The key stays
+	// claimed until its lease ends, then the stale-claim policy applies: by
+	// default a retry is handled again with the same key. Each call is
+	// also logged as an error. metrics.Collector.ResponseUnrecorded fits.
+	RecordFailed func()
 	// Logger receives a line for every notable decision, carrying scope,
 	// a hash of the key, fingerprint and attempt. Default slog.Default().
 	Logger *slog.Logger
@@ -151,6 +181,7 @@ type config struct {
 	requireKey   bool
 	key          keySource
 	scope        func(*http.Request) string
+	anonymous    AnonymousPolicy
 	lease        time.Duration
 	retention    time.Duration
 	stale        idem.StalePolicy
@@ -158,10 +189,13 @@ type config struct {
 	maxResponse  int64
 	onConflict   ConflictPolicy
 	waitTimeout  time.Duration
+	maxInFlight  int
 	serverErrors ServerErrorPolicy
+	release      map[int]bool    // statuses that release the key
 	allow        map[string]bool // canonical header names
 	exclude      []string        // JSON Pointers, for fingerprint.HTTP
 	docsURL      string
+	recordFailed func()
 	log          *slog.Logger
 }
 
@@ -173,6 +207,7 @@ func newConfig(opts *Options) (*config, error) {
 	c := &config{
 		requireKey:   o.RequireKey,
 		scope:        o.Scope,
+		anonymous:    o.AnonymousScope,
 		lease:        o.Lease,
 		retention:    o.Retention,
 		stale:        o.Stale,
@@ -180,8 +215,10 @@ func newConfig(opts *Options) (*config, error) {
 		maxResponse:  cmp.Or(o.MaxResponse, DefaultMaxResponse),
 		onConflict:   o.OnConflict,
 		waitTimeout:  cmp.Or(o.WaitTimeout, DefaultWaitTimeout),
+		maxInFlight:  o.MaxInFlight,
 		serverErrors: o.ServerErrors,
 		docsURL:      cmp.Or(o.DocsURL, DefaultDocsURL),
+		recordFailed: o.RecordFailed,
 		log:          cmp.Or(o.Logger, slog.Default()),
 	}
 	if c.scope == nil {
@@ -220,14 +257,31 @@ func newConfig(opts *Options) (*config, error) {
 	if c.maxResponse < 0 || c.maxResponse > maxMaxResponse {
 		bad("MaxResponse", "%d is outside [1, %d]", c.maxResponse, maxMaxResponse)
 	}
+	if c.anonymous != AnonymousRefuse && c.anonymous != AnonymousShared {
+		bad("AnonymousScope", "unknown policy %d", c.anonymous)
+	}
 	if c.onConflict != Reject && c.onConflict != Wait {
 		bad("OnConflict", "unknown policy %d", c.onConflict)
+	}
+	if c.maxInFlight < 0 {
+		bad("MaxInFlight", "%d is negative", c.maxInFlight)
 	}
 	if c.waitTimeout < 0 {
 		bad("WaitTimeout", "%v is negative", c.waitTimeout)
 	}
 	if c.serverErrors < Release5xx || c.serverErrors > Hold5xx {
 		bad("ServerErrors", "unknown policy %d", c.serverErrors)
+	}
+	c.release = map[int]bool{}
+	release := o.ReleaseStatus
+	if release == nil {
+		release = DefaultReleaseStatus
+	}
+	for _, code := range release {
+		if code < 400 || code > 499 {
+			bad("ReleaseStatus", "%d is not a 4xx status (5xx answers follow ServerErrors)", code)
+		}
+		c.release[code] = true
 	}
 	c.allow = map[string]bool{}
 	for _, h := range append(append([]string(nil), DefaultAllowHeaders...), o.AllowHeaders...) {
@@ -236,7 +290,7 @@ func newConfig(opts *Options) (*config, error) {
 			continue
 		}
 		for _, never := range neverStored {
-			if name == never {
+			if name == http.CanonicalHeaderKey(never) { // "WWW-Authenticate" is "Www-Authenticate" to net/http
 				bad("AllowHeaders", "%s is never stored", name)
 			}
 		}

@@ -15,6 +15,7 @@ const (
 	ProblemKeyMissing        = ProblemBase + "key-missing"              // 400: a key is required
 	ProblemKeyInvalid        = ProblemBase + "key-invalid"              // 400: empty, too long, not printable, malformed
 	ProblemScopeInvalid      = ProblemBase + "scope-invalid"            // 400: the scope value cannot be stored
+	ProblemScopeMissing      = ProblemBase + "scope-missing"            // 400: a key but no credential to scope it (AnonymousRefuse)
 	ProblemBodyInvalid       = ProblemBase + "body-invalid"             // 400: unreadable, or declared JSON that is not
 	ProblemBodyTooLarge      = ProblemBase + "body-too-large"           // 413: over MaxBody; nothing claimed
 	ProblemInFlight          = ProblemBase + "request-in-flight"        // 409: the first request with the key is running
@@ -23,6 +24,8 @@ const (
 	ProblemKeyExpired        = ProblemBase + "key-expired"              // 410: done long ago; only a tombstone is left
 	ProblemParked            = ProblemBase + "operation-parked"         // 409: outcome unknown, waits for an operator
 	ProblemLedgerUnavailable = ProblemBase + "ledger-unavailable"       // 503: the database did not answer; nothing ran
+	ProblemTooBusy           = ProblemBase + "too-busy"                 // 503: MaxInFlight guarded requests already running; nothing ran
+	ProblemBodyTimeout       = ProblemBase + "body-timeout"             // 408: the body did not arrive in time; nothing claimed
 	ProblemLeaseLost         = ProblemBase + "lease-lost"               // 503: the claim was taken over; effects rolled back
 	ProblemOutcomeUnknown    = ProblemBase + "outcome-unknown"          // 503: the commit may or may not have happened
 	ProblemUpstreamDown      = ProblemBase + "upstream-unreachable"     // 502: nothing was sent upstream; key released

@@ -2,11 +2,13 @@ package idemhttp
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 
 	"github.com/idemdev/idem"
 	"github.com/idemdev/idem/internal/printable"
@@ -24,7 +26,10 @@ type prepared struct {
 // the fingerprint of r. It returns nil and no problem when r carries no key
 // and none is required: the request then passes through unguarded, its body
 // (if read) restored. A problem is answered before anything is claimed.
-func (c *config) prepare(r *http.Request) (*prepared, *Problem) {
+//
+// secret gives the database's scope secret (see ScopeHMAC); it is asked
+// only for a request that carries a key.
+func (c *config) prepare(r *http.Request, secret func() ([]byte, error)) (*prepared, *Problem) {
 	var key string
 	if !c.key.needsBody() {
 		k, err := c.key.fromHeader(r.Header)
@@ -66,7 +71,20 @@ func (c *config) prepare(r *http.Request) (*prepared, *Problem) {
 		key = k
 	}
 
-	scope := c.scope(r)
+	sk, err := secret()
+	if err != nil {
+		c.log.ErrorContext(r.Context(), "idemhttp: ledger unavailable; request not handled", "err", err)
+		return nil, &Problem{Type: ProblemLedgerUnavailable, Title: "Idempotency ledger unavailable", Status: http.StatusServiceUnavailable,
+			Detail: "The request was not handled. Retry with the same key.", RetryAfter: 1}
+	}
+	scope := c.scope(r.WithContext(context.WithValue(r.Context(), scopeSecretKey{}, sk)))
+	if scope == "" && c.anonymous == AnonymousRefuse {
+		return nil, &Problem{Type: ProblemScopeMissing, Title: "No scope for the idempotency key", Status: http.StatusBadRequest,
+			Detail: "This request carries an idempotency key but no credential that says whose key it is (by default the Authorization header), so its stored response could reach another caller; nothing was done. " +
+				"Send Authorization, or ask the operator to scope keys by the header that identifies callers (idem serve --scope-header NAME; idemhttp Options.Scope) " +
+				"or to share one scope among all callers without a credential (idem serve --anonymous-scope shared; Options.AnonymousScope AnonymousShared).",
+			Help: c.docsURL}
+	}
 	if err := checkScope(scope); err != nil {
 		return nil, &Problem{Type: ProblemScopeInvalid, Title: "Invalid scope", Status: http.StatusBadRequest, Detail: err.Error()}
 	}
@@ -102,6 +120,10 @@ func (c *config) readBody(r *http.Request) ([]byte, *Problem) {
 	var body []byte
 	if r.Body != nil && r.Body != http.NoBody {
 		b, err := io.ReadAll(io.LimitReader(r.Body, c.maxBody+1))
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, &Problem{Type: ProblemBodyTimeout, Title: "Request body too slow", Status: http.StatusRequestTimeout,
+				Detail: "The body did not arrive within the server's read timeout; nothing was done."}
+		}
 		if err != nil {
 			return nil, &Problem{Type: ProblemBodyInvalid, Title: "Unreadable request body", Status: http.StatusBadRequest, Detail: err.Error()}
 		}

@@ -1,43 +1,120 @@
 package idemhttp
 
 import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"net/http"
+	"sync"
+
+	"github.com/idemdev/idem"
 )
 
-// ScopeAuthorization scopes keys by the SHA-256 of the Authorization header
-// value, so two credentials never share a key and the credential itself is
-// never stored. Requests without Authorization share the empty scope. The
-// default.
+// ScopeAuthorization scopes keys by a keyed hash (HMAC-SHA256) of the
+// Authorization header value, so two credentials never share a key, the
+// credential itself is never stored, and the scope in the ledger and in
+// logs cannot be turned back into a weak credential (a Basic password, a
+// short token) by guessing offline: the hash key is a random secret
+// created once per database and kept in it. A request without
+// Authorization has no scope (see AnonymousScope). The default.
+//
+// It works inside the middleware, which hands it the database's secret;
+// called anywhere else it finds no secret and returns "" (no scope).
 func ScopeAuthorization(r *http.Request) string {
-	v := r.Header.Get("Authorization")
-	if v == "" {
+	return ScopeHMAC(r, "authorization", r.Header.Get("Authorization"))
+}
+
+// ScopeHMAC is the scope for a credential value: label, then the
+// HMAC-SHA256 of value under the database's secret, in hex. An empty value
+// (no credential) is the empty scope. Use it in an Options.Scope function
+// for a credential that arrives elsewhere, say an X-Api-Key header:
+//
+//	Scope: func(r *http.Request) string { return idemhttp.ScopeHMAC(r, "api-key", r.Header.Get("X-Api-Key")) }
+//
+// Like ScopeAuthorization it needs the secret the middleware puts in the
+// request's context, and returns "" without it.
+func ScopeHMAC(r *http.Request, label, value string) string {
+	key, _ := r.Context().Value(scopeSecretKey{}).([]byte)
+	if value == "" || len(key) == 0 {
 		return ""
 	}
-	sum := sha256.Sum256([]byte(v))
-	return "authorization-sha256:" + hex.EncodeToString(sum[:])
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(value))
+	return label + "-hmac:" + hex.EncodeToString(m.Sum(nil))
 }
 
 // ScopeHeader scopes keys by the value of the named request header (for
 // example X-Tenant-ID, set by an authenticating proxy in front), stored as
-// is. Requests without the header share the empty scope. Use it only where
-// clients cannot set the header themselves.
+// is. A request without the header has no scope (see AnonymousScope). Use
+// it only where clients cannot set the header themselves, and not for a
+// secret (use ScopeHMAC).
 func ScopeHeader(name string) func(*http.Request) string {
 	name = http.CanonicalHeaderKey(name)
 	return func(r *http.Request) string { return r.Header.Get(name) }
 }
 
 // ScopeNone puts every key in one scope: any client that knows a key gets
-// its stored response. Only for single-tenant APIs.
+// its stored response. Only for single-tenant APIs, and only with
+// AnonymousScope set to AnonymousShared (it returns the empty scope, which
+// is refused otherwise).
 func ScopeNone(*http.Request) string { return "" }
 
 // ScopeClientCertificate scopes keys by the SHA-256 of the client's TLS
-// certificate (mutual TLS). Requests without one share the empty scope.
+// certificate (mutual TLS); a certificate is public, so a plain digest
+// gives nothing away. A request without one has no scope (see
+// AnonymousScope).
 func ScopeClientCertificate(r *http.Request) string {
 	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
 		return ""
 	}
 	sum := sha256.Sum256(r.TLS.PeerCertificates[0].Raw)
 	return "client-cert-sha256:" + hex.EncodeToString(sum[:])
+}
+
+// AnonymousPolicy says what becomes of a guarded request with a key but no
+// scope: the Scope function returned "", because the request carries no
+// credential it knows (no Authorization header, say, behind an API that
+// authenticates by cookie or X-Api-Key).
+type AnonymousPolicy int
+
+const (
+	// AnonymousRefuse answers such a request 400 scope-missing, naming the
+	// fix, and claims nothing: without a scope, one caller could receive
+	// another's stored response for the same (guessable) key. The default.
+	AnonymousRefuse AnonymousPolicy = iota
+	// AnonymousShared handles every such request in one shared scope: any
+	// caller without a credential who sends a key another used gets that
+	// caller's stored response. Only for single-tenant APIs and demos.
+	AnonymousShared
+)
+
+// scopeSecretName names the database secret ScopeHMAC keys with.
+const scopeSecretName = "idemhttp-scope-hmac"
+
+type scopeSecretKey struct{}
+
+// scopeSecret loads the ledger's scope secret once, creating it if the
+// database has none. A failure is not cached: the next request tries again.
+type scopeSecret struct {
+	mu  sync.Mutex
+	key []byte
+}
+
+func (s *scopeSecret) get(ctx context.Context, l *idem.Ledger) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.key != nil {
+		return s.key, nil
+	}
+	fresh := make([]byte, 32)
+	rand.Read(fresh)
+	key, err := l.Driver().Secret(ctx, scopeSecretName, fresh)
+	if err != nil {
+		return nil, fmt.Errorf("idemhttp: scope secret: %w", err)
+	}
+	s.key = key
+	return key, nil
 }

@@ -3,6 +3,7 @@ package idemhttp
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 
@@ -30,7 +31,7 @@ type storedMeta struct {
 func (c *config) storedResult(status int, h http.Header, body []byte) idem.Result {
 	m := storedMeta{V: 1, Header: http.Header{}}
 	for name, vals := range h {
-		if c.allow[http.CanonicalHeaderKey(name)] {
+		if name := http.CanonicalHeaderKey(name); c.allow[name] || name == "Content-Encoding" { // see encoding.go
 			m.Header[http.CanonicalHeaderKey(name)] = vals
 		}
 	}
@@ -48,8 +49,9 @@ func notStoredResult(status int, why string) idem.Result {
 // writeReplay answers a retry from the ledger: the stored status and body
 // byte for byte, the stored headers, Idempotent-Replayed: true and
 // Cache-Control: no-store. A key whose response was not stored gets a 410
-// problem instead; it is never handled twice.
-func writeReplay(w http.ResponseWriter, res idem.Result) {
+// problem instead; it is never handled twice. A body stored with a content
+// coding r does not accept is sent decoded (see encoding.go).
+func writeReplay(w http.ResponseWriter, r *http.Request, res idem.Result) {
 	var m storedMeta
 	if len(res.Meta) > 0 {
 		_ = json.Unmarshal(res.Meta, &m) // a result stored by other means replays without headers
@@ -73,6 +75,13 @@ func writeReplay(w http.ResponseWriter, res idem.Result) {
 	}
 	if !bodyAllowed(status) {
 		w.WriteHeader(status)
+		return
+	}
+	if dec := decodeForClient(r, h, res.Body); dec != nil {
+		defer dec.Close()
+		h.Del("Content-Length")
+		w.WriteHeader(status)
+		io.Copy(w, dec)
 		return
 	}
 	h.Set("Content-Length", strconv.Itoa(len(res.Body)))

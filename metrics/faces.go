@@ -31,3 +31,9 @@ func (c *Collector) OutboxDelivery(outcome string) {
 
 // ChunkRetry counts one fan-out chunk sent again after a failure.
 func (c *Collector) ChunkRetry(face string) { c.chunkRetries.WithLabelValues(face).Inc() }
+
+// ResponseUnrecorded counts one HTTP response that reached its client but
+// could not be recorded (idemhttp.Options.RecordFailed): a retry after the
+// claim's lease is handled again under the stale-claim policy, so each one
+// is a possible second execution that only key forwarding makes safe.
+func (c *Collector) ResponseUnrecorded(face string) { c.unrecorded.WithLabelValues(face).Inc() }

@@ -49,6 +49,7 @@ type Collector struct {
 	jobRunSeconds   *prometheus.HistogramVec // queue, outcome
 	outboxDelivered *prometheus.CounterVec   // outcome
 	chunkRetries    *prometheus.CounterVec   // face
+	unrecorded      *prometheus.CounterVec   // face
 
 	gauges gauges
 
@@ -99,6 +100,8 @@ func New(driverName string) *Collector {
 			"Outbox delivery attempts, by outcome (delivered, retry, failed, dead).", "outcome"),
 		chunkRetries: counter("idem_chunk_retries_total",
 			"Fan-out chunks sent again after a failure.", "face"),
+		unrecorded: counter("idem_responses_unrecorded_total",
+			"Responses delivered to their client but not recorded because the ledger write failed (disk full, database gone): the claim ends with its lease, then the stale-claim policy applies.", "face"),
 		history: newHistory(historyStep, historyLen, time.Now),
 	}
 	c.gauges.init(cl)
@@ -112,7 +115,7 @@ func (c *Collector) collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		c.claims, c.duplicates, c.expiredReplays, c.leasesLost, c.finishes, c.reconciliations, c.errors,
 		c.pruneTombstoned, c.pruneDeleted, c.pruneBatches, c.claimSeconds, c.completeSeconds, c.gatewayAdded,
-		c.jobTransitions, c.jobRunSeconds, c.outboxDelivered, c.chunkRetries,
+		c.jobTransitions, c.jobRunSeconds, c.outboxDelivered, c.chunkRetries, c.unrecorded,
 	}
 }
 

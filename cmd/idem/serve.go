@@ -23,6 +23,10 @@ import (
 	"github.com/idemdev/idem/metrics"
 )
 
+// demoDB is the ledger of `idem serve --demo` when no --db is given: its
+// own file, emptied on every start, as the demo's charge counter is.
+const demoDB = "idem-demo.db"
+
 const serveUsage = "idem serve --upstream URL [--listen ADDR] [--db URL] [flags]\n       idem serve --demo [flags]"
 
 func init() {
@@ -42,11 +46,16 @@ type serveConfig struct {
 	adminWrite                    bool
 	pruneEvery                    time.Duration
 	demo, requireKey              bool
+	dbSet                         bool // --db (or IDEM_DB) was given
 	scopeHeader, keyFrom, methods string
+	anonymousScope                string
 	lease, retention              time.Duration
 	maxBody, maxResponse          byteSize
 	onConflict, on5xx, stale      string
+	releaseStatus                 string
 	waitTimeout, timeout, drain   time.Duration
+	readTimeout, idleTimeout      time.Duration
+	maxInFlight                   int
 	allowHeaders, exclude         string
 	log                           *logFlags
 	idemOpts                      idemhttp.Options
@@ -59,14 +68,15 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	c := &serveConfig{maxBody: idemhttp.DefaultMaxBody, maxResponse: idemhttp.DefaultMaxResponse}
 	fs.StringVar(&c.upstream, "upstream", "", "`URL` of the API to put idem in front of (required unless --demo)")
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "`address` to serve on")
-	fs.StringVar(&c.db, "db", "sqlite:idem.db", "ledger database `URL`: sqlite:PATH, or postgres://… (or host=… dbname=…) for several gateways")
+	fs.StringVar(&c.db, "db", "sqlite:idem.db", "ledger database `URL`: sqlite:PATH, or postgres://… (or host=… dbname=…) for several gateways (--demo without --db: "+demoDB+", emptied on start)")
 	fs.StringVar(&c.admin, "admin", "", "`address` for the admin page, /healthz and /metrics (off when empty)")
 	fs.StringVar(&c.adminToken, "admin-token", "", "`token` required by the admin page (needed when --admin is not loopback; at least 16 bytes)")
 	fs.BoolVar(&c.adminWrite, "admin-write", false, "let the admin page reconcile parked and stale claims")
 	fs.DurationVar(&c.pruneEvery, "prune-every", 10*time.Minute, "run the retention sweep this often (0 disables; see idem prune)")
 	fs.BoolVar(&c.demo, "demo", false, "also start a built-in demo payments API and forward to it")
 	fs.BoolVar(&c.requireKey, "require-key", false, "answer 400 to a guarded request without a key (default: pass it through)")
-	fs.StringVar(&c.scopeHeader, "scope-header", "Authorization", "request `header` that scopes keys: Authorization (SHA-256 of its value), another header such as X-Tenant-ID (its value), or none")
+	fs.StringVar(&c.scopeHeader, "scope-header", "Authorization", "request `header` that scopes keys: Authorization (a keyed hash of its value), hmac:NAME (a keyed hash of header NAME, e.g. hmac:X-Api-Key), another header such as X-Tenant-ID (its value), or none (one shared scope)")
+	fs.StringVar(&c.anonymousScope, "anonymous-scope", "refuse", "a guarded request with a key but without the scope header: refuse (400 scope-missing) or shared (one scope for all such callers; --demo sets it)")
 	fs.StringVar(&c.keyFrom, "key-from", idemhttp.DefaultKeyFrom, "where the key is: header:NAME, json:/pointer or form:NAME")
 	fs.StringVar(&c.methods, "methods", "POST,PATCH", "comma-separated `methods` to guard; others pass through untouched")
 	fs.DurationVar(&c.lease, "lease", idem.DefaultLease, "how long a claim holds after the gateway stops heartbeating it (crash, upstream timeout)")
@@ -76,10 +86,14 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.StringVar(&c.onConflict, "on-conflict", "reject", "while the same key is in flight: reject (409) or wait (then replay)")
 	fs.DurationVar(&c.waitTimeout, "wait-timeout", idemhttp.DefaultWaitTimeout, "longest wait under --on-conflict wait")
 	fs.StringVar(&c.on5xx, "on-5xx", "release", "upstream 5xx: release (retry forwards again), store (replayed like Stripe) or hold (until the lease ends)")
+	fs.StringVar(&c.releaseStatus, "release-status", "408,425,429", "comma-separated 4xx `statuses` passed through unstored that release the key (\"nothing done, try later\"), or none")
 	fs.StringVar(&c.stale, "stale", "redo", "a claim whose holder vanished: redo (forward again with the same key) or park (wait for an operator)")
 	fs.StringVar(&c.allowHeaders, "allow-headers", "", "comma-separated response `headers` to store besides Content-Type, Location, Content-Location, ETag, Last-Modified, Link")
 	fs.StringVar(&c.exclude, "exclude", "", "comma-separated JSON `pointers` left out of the body fingerprint (e.g. /sent_at)")
 	fs.DurationVar(&c.timeout, "upstream-timeout", gateway.DefaultTimeout, "bound on a guarded upstream call; a sent call that times out gets 504 and keeps its claim")
+	fs.DurationVar(&c.readTimeout, "read-timeout", 30*time.Second, "bound on reading a whole request, body included; a stalled body is cut off (408)")
+	fs.DurationVar(&c.idleTimeout, "idle-timeout", 2*time.Minute, "how long an idle keep-alive connection stays open (gateway and admin)")
+	fs.IntVar(&c.maxInFlight, "max-inflight", 256, "most guarded requests handled at once (each may hold --max-body); past it 503 too-busy with Retry-After")
 	fs.DurationVar(&c.drain, "drain-timeout", 30*time.Second, "on SIGTERM, how long to let in-flight requests finish")
 	c.log = addLogFlags(fs, "info")
 	return fs, c
@@ -121,6 +135,7 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	if fs.NArg() > 0 {
 		return usageError(fs, stderr, "unexpected argument %q", fs.Arg(0))
 	}
+	fs.Visit(func(f *flag.Flag) { c.dbSet = c.dbSet || f.Name == "db" })
 	if errs := c.check(); len(errs) > 0 {
 		for _, err := range errs {
 			usageError(fs, stderr, "%v", err)
@@ -149,12 +164,24 @@ func (c *serveConfig) check() []error {
 		}
 		c.upstreamURL = u
 	}
+	if c.demo && !c.dbSet {
+		c.db = "sqlite:" + demoDB
+	}
 	if _, _, err := net.SplitHostPort(c.listen); err != nil {
 		bad("listen", "%q: %v", c.listen, err)
 	}
 	if c.admin != "" {
 		if _, _, err := net.SplitHostPort(c.admin); err != nil {
 			bad("admin", "%q: %v", c.admin, err)
+		} else if err := c.adminOptions().Validate(); err != nil {
+			bad("admin", "%s", strings.TrimPrefix(err.Error(), "admin: "))
+		}
+	} else {
+		if c.adminToken != "" {
+			bad("admin-token", "needs --admin (the address of the admin page it protects)")
+		}
+		if c.adminWrite {
+			bad("admin-write", "needs --admin (the address of the admin page it enables writes on)")
 		}
 	}
 	if open, u, err := openURL(c.db); err != nil {
@@ -171,7 +198,7 @@ func (c *serveConfig) check() []error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"wait-timeout", c.waitTimeout}, {"upstream-timeout", c.timeout}, {"drain-timeout", c.drain}} {
+	}{{"wait-timeout", c.waitTimeout}, {"upstream-timeout", c.timeout}, {"drain-timeout", c.drain}, {"read-timeout", c.readTimeout}, {"idle-timeout", c.idleTimeout}} {
 		if d.v <= 0 {
 			bad(d.name, "%v is not positive", d.v)
 		}
@@ -180,17 +207,37 @@ func (c *serveConfig) check() []error {
 	o := &c.idemOpts
 	o.RequireKey, o.KeyFrom, o.Lease, o.Retention, o.WaitTimeout = c.requireKey, c.keyFrom, c.lease, c.retention, c.waitTimeout
 	o.MaxBody, o.MaxResponse = int64(c.maxBody), int64(c.maxResponse)
+	o.MaxInFlight = c.maxInFlight
+	if c.maxInFlight < 1 {
+		bad("max-inflight", "%d is not positive", c.maxInFlight)
+	}
 	o.Methods, o.AllowHeaders, o.Exclude = splitList(c.methods), splitList(c.allowHeaders), splitList(c.exclude)
-	switch strings.ToLower(c.scopeHeader) {
-	case "authorization":
+	switch c.anonymousScope {
+	case "refuse":
+		o.AnonymousScope = idemhttp.AnonymousRefuse
+	case "shared":
+		o.AnonymousScope = idemhttp.AnonymousShared
+	default:
+		bad("anonymous-scope", "%q: want refuse or shared", c.anonymousScope)
+	}
+	if c.demo {
+		o.AnonymousScope = idemhttp.AnonymousShared // the README's curls send no credential
+	}
+	hmacHeader, keyed := strings.CutPrefix(c.scopeHeader, "hmac:")
+	switch {
+	case strings.EqualFold(c.scopeHeader, "authorization"):
 		o.Scope = idemhttp.ScopeAuthorization
-	case "none", "":
+	case strings.EqualFold(c.scopeHeader, "none") || c.scopeHeader == "":
 		o.Scope = idemhttp.ScopeNone
+		o.AnonymousScope = idemhttp.AnonymousShared // one scope for everybody is what none asks for
+	case strings.ContainsAny(c.scopeHeader, " \t") || strings.Contains(hmacHeader, ":") || hmacHeader == "":
+		bad("scope-header", "%q is not a header name, hmac:NAME or none", c.scopeHeader)
+	case keyed:
+		name := http.CanonicalHeaderKey(hmacHeader)
+		label := strings.ToLower(name)
+		o.Scope = func(r *http.Request) string { return idemhttp.ScopeHMAC(r, label, r.Header.Get(name)) }
 	default:
 		o.Scope = idemhttp.ScopeHeader(c.scopeHeader)
-		if strings.ContainsAny(c.scopeHeader, " \t:") {
-			bad("scope-header", "%q is not a header name", c.scopeHeader)
-		}
 	}
 	switch c.onConflict {
 	case "reject":
@@ -210,6 +257,17 @@ func (c *serveConfig) check() []error {
 	default:
 		bad("on-5xx", "%q: want release, store or hold", c.on5xx)
 	}
+	o.ReleaseStatus = []int{}
+	if !strings.EqualFold(strings.TrimSpace(c.releaseStatus), "none") {
+		for _, f := range splitList(c.releaseStatus) {
+			code, err := strconv.Atoi(f)
+			if err != nil {
+				bad("release-status", "%q is not a status code", f)
+				continue
+			}
+			o.ReleaseStatus = append(o.ReleaseStatus, code)
+		}
+	}
 	switch c.stale {
 	case "redo":
 		c.ledgerOpts.Stale = idem.StaleRedo
@@ -228,6 +286,7 @@ func (c *serveConfig) check() []error {
 		{"exclude", idemhttp.Options{Exclude: o.Exclude}},
 		{"max-body", idemhttp.Options{MaxBody: o.MaxBody}},
 		{"max-response", idemhttp.Options{MaxResponse: o.MaxResponse}},
+		{"release-status", idemhttp.Options{ReleaseStatus: o.ReleaseStatus}},
 	} {
 		if err := f.o.Validate(); err != nil {
 			bad(f.flag, "%v", err)
@@ -238,6 +297,11 @@ func (c *serveConfig) check() []error {
 	}
 	c.ledgerOpts.Lease, c.ledgerOpts.Retention = c.lease, c.retention
 	return errs
+}
+
+// adminOptions are the admin page's options that come from flags.
+func (c *serveConfig) adminOptions() *admin.Options {
+	return &admin.Options{Addr: c.admin, Token: c.adminToken, Write: c.adminWrite}
 }
 
 func splitList(s string) []string {
@@ -257,7 +321,19 @@ func (c *serveConfig) run(ctx context.Context, stdout, stderr io.Writer) int {
 
 	m := metrics.New(c.driver)
 	c.ledgerOpts.Observer = m.FaceObserver(metrics.FaceGateway)
+	c.idemOpts.RecordFailed = func() { m.ResponseUnrecorded(metrics.FaceGateway) }
 
+	if c.demo && !c.dbSet {
+		// The demo API's charges live in memory and start from zero; its
+		// ledger starts empty with them, or the first curl of a second run
+		// would already be a replay of a charge the demo no longer knows.
+		for _, f := range []string{demoDB, demoDB + "-wal", demoDB + "-shm"} {
+			if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+				fmt.Fprintf(stderr, "idem serve: --demo: %v\n", err)
+				return 1
+			}
+		}
+	}
 	openCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	l, err := dburl.Open(openCtx, c.openDB, &c.ledgerOpts)
 	cancel()
@@ -291,7 +367,8 @@ func (c *serveConfig) run(ctx context.Context, stdout, stderr io.Writer) int {
 		c.upstreamURL = &url.URL{Scheme: "http", Host: ln.Addr().String()}
 	}
 
-	gw, err := gateway.New(l, &gateway.Config{Upstream: c.upstreamURL, Options: &c.idemOpts, Timeout: c.timeout, Logger: log, AddedLatency: m.GatewayAdded})
+	gw, err := gateway.New(l, &gateway.Config{Upstream: c.upstreamURL, Options: &c.idemOpts, Timeout: c.timeout, ReadTimeout: c.readTimeout,
+		Logger: log, AddedLatency: m.GatewayAdded})
 	if err != nil {
 		fmt.Fprintf(stderr, "idem serve: %v\n", err)
 		return 2
@@ -301,7 +378,10 @@ func (c *serveConfig) run(ctx context.Context, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "idem serve: --listen: %v\n", err)
 		return 1
 	}
-	srv := &http.Server{Handler: gw, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	headerTimeout := min(10*time.Second, c.readTimeout)
+	// The gateway bounds bodies itself (gateway.Config.ReadTimeout): the
+	// server's own ReadTimeout would also cancel slow upstream answers.
+	srv := &http.Server{Handler: gw, ReadHeaderTimeout: headerTimeout, IdleTimeout: c.idleTimeout, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	failed := make(chan error, 2)
 	go func() { failed <- srv.Serve(ln) }()
 
@@ -313,15 +393,17 @@ func (c *serveConfig) run(ctx context.Context, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "idem serve: --admin: %v\n", err)
 			return 1
 		}
-		ah, err := admin.New(l, &admin.Options{Addr: c.admin, Token: c.adminToken, Write: c.adminWrite, Metrics: m, Logger: log, HashKeys: c.log.hashKeys,
-			DeadJobs: admin.LedgerDeadJobs(l)})
+		ao := c.adminOptions()
+		ao.Metrics, ao.Logger, ao.DeadJobs = m, log, admin.LedgerDeadJobs(l)
+		ah, err := admin.New(l, ao)
 		if err != nil {
 			srv.Close()
 			aln.Close()
 			fmt.Fprintf(stderr, "idem serve: %v\n", err) // admin's errors name their flag
 			return 2
 		}
-		adminSrv = &http.Server{Handler: ah, ReadHeaderTimeout: 10 * time.Second}
+		adminSrv = &http.Server{Handler: ah, ReadHeaderTimeout: headerTimeout, ReadTimeout: c.readTimeout, IdleTimeout: c.idleTimeout,
+			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 		go func() { failed <- adminSrv.Serve(aln) }()
 		fmt.Fprintf(stderr, "idem serve: admin on http://%s (/, /healthz, /metrics)\n", aln.Addr())
 	}
@@ -338,8 +420,15 @@ func (c *serveConfig) run(ctx context.Context, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "  curl -s %s/charges                                                               # charges per key\n\n", addr)
 	}
 
-	fmt.Fprintf(stderr, "idem serve: listening on http://%s, forwarding to %s, ledger %s (lease %v, retention %v)\n",
-		addr, c.upstreamURL, dburl.Redact(c.db), c.lease, c.retention)
+	anon := ""
+	if c.demo {
+		anon = "; --demo: callers without Authorization share one scope"
+		if !c.dbSet {
+			anon += "; the demo's ledger " + demoDB + " was emptied on start"
+		}
+	}
+	fmt.Fprintf(stderr, "idem serve: listening on http://%s, forwarding to %s, ledger %s (lease %v, retention %v%s)\n",
+		addr, c.upstreamURL, dburl.Redact(c.db), c.lease, c.retention, anon)
 	select {
 	case <-ctx.Done():
 	case err := <-failed:

@@ -1,12 +1,16 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -56,7 +60,7 @@ func TestServeConcurrentDuplicates(t *testing.T) {
 		}
 		close(start)
 		wg.Wait()
-		if n := up.executions("storm", ""); n != 1 {
+		if n := up.executions("storm", testClient); n != 1 {
 			t.Fatalf("upstream executed %d times, want 1", n)
 		}
 		for i, b := range bodies {
@@ -95,7 +99,7 @@ func TestServeTwoGatewaysOnePostgres(t *testing.T) {
 	close(start)
 	wg.Wait()
 	for k := range keys {
-		if n := up.executions(fmt.Sprintf("order-%d", k), ""); n != 1 {
+		if n := up.executions(fmt.Sprintf("order-%d", k), testClient); n != 1 {
 			t.Errorf("key order-%d executed %d times", k, n)
 		}
 		for d := range dups {
@@ -135,8 +139,8 @@ func TestServeCrashAfterUpstreamAnswered(t *testing.T) {
 		if a.status != http.StatusCreated {
 			t.Fatalf("retry after restart: %d %s", a.status, a.body)
 		}
-		if up.seenKey("crash") != 2 || up.executions("crash", "") != 1 {
-			t.Fatalf("upstream saw the key %d times and executed %d; want 2 and 1", up.seenKey("crash"), up.executions("crash", ""))
+		if up.seenKey("crash") != 2 || up.executions("crash", testClient) != 1 {
+			t.Fatalf("upstream saw the key %d times and executed %d; want 2 and 1", up.seenKey("crash"), up.executions("crash", testClient))
 		}
 		again := sendUntilDone(t, 5*time.Second, second.url+"/charges", `{"amount":5}`, "Idempotency-Key: crash")
 		if again.body != a.body || again.header.Get("Idempotent-Replayed") != "true" {
@@ -161,7 +165,7 @@ func TestServeClientDisconnect(t *testing.T) {
 		if a.status != http.StatusCreated || a.header.Get("Idempotent-Replayed") != "true" {
 			t.Fatalf("retry: %d %v %s, want the recorded 201", a.status, a.header, a.body)
 		}
-		if n := up.executions("gone", ""); n != 1 {
+		if n := up.executions("gone", testClient); n != 1 {
 			t.Fatalf("executed %d times", n)
 		}
 	})
@@ -198,6 +202,37 @@ func TestServeScopes(t *testing.T) {
 	}
 }
 
+// Callers that authenticate by cookie or X-Api-Key send no Authorization:
+// with default flags their keyed requests are refused (naming the fix),
+// never answered from another caller's record; --scope-header
+// hmac:X-Api-Key scopes them apart, storing no raw API key.
+func TestServeAnonymousCallers(t *testing.T) {
+	t.Parallel()
+	up := newExecUpstream(false, 0)
+	gw := startGateway(t, nil, "--upstream", upstreamServer(t, up), "--db", testDB(t, "sqlite"))
+	for _, who := range []string{"Cookie: session=alice", "Cookie: session=bob"} {
+		a, err := send(context.Background(), client, gw.url+"/charges", `{}`, "Idempotency-Key: order-1", "Authorization:", who)
+		if err != nil || a.status != 400 || !strings.Contains(a.body, "scope-missing") || !strings.Contains(a.body, "--anonymous-scope shared") {
+			t.Fatalf("%s without Authorization: %d %q %v", who, a.status, a.body, err)
+		}
+	}
+	if up.seenKey("order-1") != 0 {
+		t.Fatalf("a refused request reached the upstream")
+	}
+
+	db := testDB(t, "sqlite")
+	keyed := startGateway(t, nil, "--upstream", upstreamServer(t, up), "--db", db, "--scope-header", "hmac:X-Api-Key")
+	a, _ := send(context.Background(), client, keyed.url+"/charges", `{}`, "Idempotency-Key: order-2", "Authorization:", "X-Api-Key: key-alice")
+	b, _ := send(context.Background(), client, keyed.url+"/charges", `{}`, "Idempotency-Key: order-2", "Authorization:", "X-Api-Key: key-bob")
+	if a.status != 201 || b.status != 201 || b.header.Get("Idempotent-Replayed") != "" || up.seenKey("order-2") != 2 {
+		t.Fatalf("hmac:X-Api-Key: %d %d %v, upstream saw %d", a.status, b.status, b.header, up.seenKey("order-2"))
+	}
+	out, err := exec.Command(idemBin, "keys", "list", "--db", db, "--json").CombinedOutput()
+	if err != nil || strings.Contains(string(out), "key-alice") || !strings.Contains(string(out), "x-api-key-hmac:") {
+		t.Fatalf("keys list: %v\n%s", err, out)
+	}
+}
+
 // SIGTERM lets an in-flight request finish and record its answer; the
 // process exits 0 and a restarted gateway replays the answer.
 func TestServeDrainsOnSIGTERM(t *testing.T) {
@@ -223,8 +258,8 @@ func TestServeDrainsOnSIGTERM(t *testing.T) {
 	}
 	again := startGateway(t, nil, "--upstream", upURL, "--db", db)
 	a := sendUntilDone(t, 5*time.Second, again.url+"/charges", `{}`, "Idempotency-Key: drain")
-	if a.body != first.body || a.header.Get("Idempotent-Replayed") != "true" || up.executions("drain", "") != 1 {
-		t.Fatalf("after restart: %q %v, %d executions", a.body, a.header, up.executions("drain", ""))
+	if a.body != first.body || a.header.Get("Idempotent-Replayed") != "true" || up.executions("drain", testClient) != 1 {
+		t.Fatalf("after restart: %q %v, %d executions", a.body, a.header, up.executions("drain", testClient))
 	}
 }
 
@@ -241,9 +276,9 @@ func TestServeDemo(t *testing.T) {
 		t.Errorf("--demo did not print the curl commands:\n%s", gw.out.String())
 	}
 	url := gw.url + "/charges"
-	a, _ := send(context.Background(), client, url, `{"amount":1000}`, "Idempotency-Key: order-42")
-	b, _ := send(context.Background(), client, url, `{ "amount": 1000 }`, "Idempotency-Key: order-42")
-	c, _ := send(context.Background(), client, url, `{"amount":999}`, "Idempotency-Key: order-42")
+	a, _ := send(context.Background(), client, url, `{"amount":1000}`, "Idempotency-Key: order-42", "Authorization:") // as the README's curl: no credential
+	b, _ := send(context.Background(), client, url, `{ "amount": 1000 }`, "Idempotency-Key: order-42", "Authorization:")
+	c, _ := send(context.Background(), client, url, `{"amount":999}`, "Idempotency-Key: order-42", "Authorization:")
 	if a.status != 201 || b.body != a.body || b.header.Get("Idempotent-Replayed") != "true" || c.status != 422 {
 		t.Fatalf("demo: %d, %d %v, %d", a.status, b.status, b.header, c.status)
 	}
@@ -304,23 +339,106 @@ func TestServeBadFlags(t *testing.T) {
 		{nil, []string{"--demo", "--on-5xx", "retry"}, "--on-5xx"},
 		{nil, []string{"--demo", "--key-from", "cookie:x"}, "--key-from"},
 		{nil, []string{"--demo", "--allow-headers", "Set-Cookie"}, "--allow-headers"},
+		{nil, []string{"--demo", "--allow-headers", "WWW-Authenticate"}, "--allow-headers"},
 		{nil, []string{"--demo", "--exclude", "nope"}, "--exclude"},
+		{nil, []string{"--demo", "--release-status", "429,soon"}, "--release-status"},
+		{nil, []string{"--demo", "--release-status", "503"}, "--release-status"},
+		{nil, []string{"--demo", "--read-timeout", "0s"}, "--read-timeout"},
+		{nil, []string{"--demo", "--idle-timeout", "-1s"}, "--idle-timeout"},
+		{nil, []string{"--demo", "--max-inflight", "0"}, "--max-inflight"},
 		{nil, []string{"--demo", "--db", "mysql://x"}, "--db"},
 		{nil, []string{"--demo", "--nope"}, "-nope"},
 		{[]string{"IDEM_MAX_RESPONSE=lots"}, []string{"--demo"}, "IDEM_MAX_RESPONSE"},
 		{[]string{"IDEM_REQUIRE_KEY=perhaps"}, []string{"--demo"}, "IDEM_REQUIRE_KEY"},
+		{nil, []string{"--demo", "--admin-token", "0123456789abcdef0123"}, "--admin-token"},
+		{nil, []string{"--demo", "--admin-write"}, "--admin-write"},
+		{nil, []string{"--demo", "--admin", "0.0.0.0:0"}, "--admin"},
+		{nil, []string{"--demo", "--admin", "127.0.0.1:0", "--admin-token", "short"}, "--admin"},
+		{nil, []string{"--upstream", "http://127.0.0.1:1", "--db", "sqlite:gw.db", "--admin", "0.0.0.0:0"}, "--admin"},
 	}
 	for _, c := range cases {
-		cmd := exec.Command(idemBin, append([]string{"serve"}, c.args...)...)
+		dir := t.TempDir()
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second) // a flag wrongly accepted would serve forever
+		cmd := exec.CommandContext(ctx, idemBin, append([]string{"serve", "--listen", "127.0.0.1:0"}, c.args...)...)
+		cmd.Dir = dir // the default database, sqlite:idem.db, would land here
 		cmd.Env = append(cmd.Environ(), c.env...)
 		out, err := cmd.CombinedOutput()
+		cancel()
 		ee, ok := err.(*exec.ExitError)
 		if !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), c.want) {
 			t.Errorf("idem serve %v (env %v): exit %v, output %q; want exit 2 naming %s", c.args, c.env, err, out, c.want)
+		}
+		if left, _ := os.ReadDir(dir); len(left) > 0 {
+			t.Errorf("idem serve %v (env %v) left %s behind: flags must be checked before anything is created", c.args, c.env, left[0].Name())
 		}
 	}
 	out, err := exec.Command(idemBin, "serve", "--help").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "IDEM_MAX_BODY") || !strings.Contains(string(out), "--upstream") && !strings.Contains(string(out), "-upstream") {
 		t.Errorf("--help: %v %s", err, out)
+	}
+}
+
+// --read-timeout cuts off a body that stalls (headers, 10 of 100 bytes,
+// silence) instead of holding the connection open for ever.
+func TestServeStalledBody(t *testing.T) {
+	t.Parallel()
+	up := newExecUpstream(false, 0)
+	gw := startGateway(t, nil, "--upstream", upstreamServer(t, up), "--db", testDB(t, "sqlite"), "--read-timeout", "200ms")
+	conn, err := net.Dial("tcp", strings.TrimPrefix(gw.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.Write([]byte("POST /charges HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\nIdempotency-Key: stall\r\nAuthorization: Bearer x\r\n\r\n0123456789"))
+	conn.SetReadDeadline(time.Now().Add(30 * time.Second)) // so that a regression fails instead of hanging
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil || resp.StatusCode != http.StatusRequestTimeout {
+		t.Fatalf("stalled body: %v %v, want 408", resp, err)
+	}
+	if up.seenKey("stall") != 0 {
+		t.Fatal("a stalled request reached the upstream")
+	}
+}
+
+// Running the README demo twice: the second run starts as fresh as the
+// first (its ledger is emptied with its charge counter), so the first
+// curl is charged once again instead of replaying a charge the demo no
+// longer knows.
+func TestServeDemoTwice(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for run := range 2 {
+		cmd := exec.Command(idemBin, "serve", "--demo", "--listen", "127.0.0.1:0")
+		cmd.Dir = dir
+		stderr, _ := cmd.StderrPipe()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(stderr)
+		var url, line string
+		for url == "" && sc.Scan() {
+			line = sc.Text()
+			if m := listeningRE.FindStringSubmatch(line); m != nil {
+				url = m[1]
+			}
+		}
+		if url == "" {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("run %d: no listening line", run)
+		}
+		go io.Copy(io.Discard, stderr)
+		if !strings.Contains(line, "idem-demo.db") || !strings.Contains(line, "share one scope") {
+			t.Errorf("run %d: the startup line does not say how the demo runs: %s", run, line)
+		}
+		a, err := send(context.Background(), client, url+"/charges", `{"amount":1000}`, "Idempotency-Key: order-42", "Authorization:")
+		cmd.Process.Kill()
+		cmd.Wait()
+		if err != nil || a.status != 201 || a.header.Get("Idempotent-Replayed") != "" || !strings.Contains(a.body, `"charges_for_this_key": 1`) {
+			t.Fatalf("run %d: first curl got %d %v %q %v; want a fresh charge", run, a.status, a.header, a.body, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "idem.db")); err == nil {
+		t.Error("the demo wrote the default idem.db")
 	}
 }

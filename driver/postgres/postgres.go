@@ -78,6 +78,9 @@ func (d *Driver) Setup(ctx context.Context, cfg driver.Config) error {
 	if d.pool == nil {
 		return errors.New("postgres: New was given a nil pool")
 	}
+	if d.gc != nil {
+		return nil // set up already
+	}
 	d.now = cfg.Now
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

@@ -94,6 +94,9 @@ func (d *Driver) Setup(ctx context.Context, cfg driver.Config) error {
 	if d.db == nil {
 		return errors.New("sqlite: New was given a nil *sql.DB")
 	}
+	if d.w != nil {
+		return nil // set up already
+	}
 	switch d.sync {
 	case SyncFull, SyncNormal:
 	default:

@@ -11,7 +11,10 @@
 //     completion and the stored response commit in one transaction.
 //
 //     go run ./examples/http-stdlib
-//     curl -si localhost:8082/payments -H 'Idempotency-Key: p-1' -d '{"amount":1000}'
+//     curl -si localhost:8082/payments -H 'Authorization: Bearer sk_test_1' -H 'Idempotency-Key: p-1' -d '{"amount":1000}'
+//
+// Keys are scoped by the Authorization header (a keyed hash of it); a
+// request with a key and no Authorization is refused with 400 scope-missing.
 package main
 
 import (

@@ -30,6 +30,7 @@ func TestStdlibExample(t *testing.T) {
 	post := func(path, key string) string {
 		req, _ := http.NewRequest("POST", srv.URL+path, strings.NewReader(`{"amount":1000}`))
 		req.Header.Set("Idempotency-Key", key)
+		req.Header.Set("Authorization", "Bearer sk_test_1")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

@@ -74,6 +74,9 @@ func newHandler(l *idem.Ledger, as *authServer) http.Handler {
 		KeyFrom:    "json:/code", // the code is the key; the whole body is the fingerprint
 		RequireKey: true,
 		Retention:  60 * time.Second, // a code lives about that long anyway
+		// Public clients (PKCE) send no credential. The key is the code, an
+		// unguessable one-time secret, so one shared scope gives nothing away.
+		AnonymousScope: idemhttp.AnonymousShared,
 	})
 	mux := http.NewServeMux()
 	mux.Handle("POST /token", exchange(http.HandlerFunc(as.token)))

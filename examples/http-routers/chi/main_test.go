@@ -24,6 +24,7 @@ func TestChi(t *testing.T) {
 	defer srv.Close()
 	post := func(path, key string) (int, string, string) {
 		req, _ := http.NewRequest("POST", srv.URL+path, strings.NewReader(`{"item":"tea"}`))
+		req.Header.Set("Authorization", "Bearer sk_test_1") // keys are scoped by credential
 		req.Header.Set("Idempotency-Key", key)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {

@@ -24,6 +24,7 @@ func TestEcho(t *testing.T) {
 	defer srv.Close()
 	post := func(path, key, body string) (int, string, string) {
 		req, _ := http.NewRequest("POST", srv.URL+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer sk_test_1") // keys are scoped by credential
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", key)
 		resp, err := http.DefaultClient.Do(req)
