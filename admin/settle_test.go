@@ -21,7 +21,7 @@ import (
 // (the handler said so), and returns the handler chain to replay it.
 func httpRecord(t *testing.T, f fixture, key string) http.Handler {
 	t.Helper()
-	h := idemhttp.Middleware(f.l, &idemhttp.Options{Logger: slog.New(slog.DiscardHandler)})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := idemhttp.Middleware(f.l, &idemhttp.Options{Logger: slog.New(slog.DiscardHandler), AnonymousScope: idemhttp.AnonymousShared})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		idemhttp.Unknown(r.Context())
 		w.WriteHeader(http.StatusGatewayTimeout)
 	}))

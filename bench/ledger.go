@@ -252,6 +252,7 @@ func (r *runner) handDB(l *idem.Ledger) *sql.DB {
 	}
 	h := drv.DB()
 	h.SetMaxOpenConns(1)
+	h.Ping() // connect now, not in the measured window
 	if r.hand == nil {
 		r.hand = map[*idem.Ledger]*sql.DB{}
 	}

@@ -119,7 +119,7 @@ func TestReconcileHTTPRecordNeedsAStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := idemhttp.Middleware(l, &idemhttp.Options{Logger: slog.New(slog.DiscardHandler)})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := idemhttp.Middleware(l, &idemhttp.Options{Logger: slog.New(slog.DiscardHandler), AnonymousScope: idemhttp.AnonymousShared})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		idemhttp.Unknown(r.Context()) // the upstream timed out: outcome unknown
 		w.WriteHeader(http.StatusGatewayTimeout)
 	}))
@@ -161,7 +161,7 @@ func TestReconcileHTTPRecordNeedsAStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	h = idemhttp.Middleware(l, &idemhttp.Options{Logger: slog.New(slog.DiscardHandler)})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h = idemhttp.Middleware(l, &idemhttp.Options{Logger: slog.New(slog.DiscardHandler), AnonymousScope: idemhttp.AnonymousShared})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t.Error("a resolved key ran again")
 	}))
 	if rec := charge(); rec.Code != 201 || rec.Header().Get("Content-Type") != "application/json" || rec.Body.String() != `{"id":"ch_42"}` {

@@ -140,6 +140,7 @@ var cases = []testCase{
 	{"List", testList},
 	{"Migrate", testMigrate},
 	{"Model", testModel},
+	{"CloseTwice", testCloseTwice},
 }
 
 // Run runs the conformance suite against one driver.

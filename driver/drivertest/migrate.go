@@ -6,6 +6,26 @@ import (
 	"github.com/idemdev/idem"
 )
 
+// testCloseTwice: closing a ledger again returns at once.
+func testCloseTwice(t *testing.T, s *suite) {
+	f := s.setup(t)
+	l := f.open(nil)
+	if _, err := l.Claim(f.ctx, idem.Op{Key: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	done := make(chan struct{})
+	go func() { l.Close(); close(done) }()
+	waitFor(t, "a second Close to return", func() bool {
+		select {
+		case <-done:
+			return true
+		default:
+			return false
+		}
+	})
+}
+
 // testMigrate: the schema is applied on open, once, even by many openers
 // at the same time; NoMigrate leaves a fresh database alone until Migrate.
 func testMigrate(t *testing.T, s *suite) {

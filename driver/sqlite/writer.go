@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/idemdev/idem/driver"
 )
@@ -14,8 +15,10 @@ import (
 // one connection would; it is itself an Executor that takes the lock for
 // each statement.
 type writer struct {
-	sem  chan struct{}
-	conn *sql.Conn
+	sem       chan struct{}
+	conn      *sql.Conn
+	closeOnce sync.Once
+	closeErr  error
 }
 
 func newWriter(conn *sql.Conn) *writer {
@@ -33,9 +36,14 @@ func (w *writer) lock(ctx context.Context) error {
 
 func (w *writer) unlock() { <-w.sem }
 
+// close waits for the statement or transaction in flight and gives the
+// connection back; a second call does nothing.
 func (w *writer) close() error {
-	w.sem <- struct{}{}
-	return w.conn.Close()
+	w.closeOnce.Do(func() {
+		w.sem <- struct{}{}
+		w.closeErr = w.conn.Close()
+	})
+	return w.closeErr
 }
 
 // Exec runs one statement on the writer.
