@@ -1,0 +1,4 @@
+package idemgrpc_test
+
+func isChild() bool { return false }
+func childMain()    {}
