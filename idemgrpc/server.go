@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -82,11 +83,22 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	op := idem.Op{Scope: scope, Key: key, Fingerprint: fingerprint.GRPC(info.FullMethod, b),
 		Lease: s.cfg.lease, Retention: s.cfg.retention}
 
-	c, err := s.l.Claim(context.WithoutCancel(ctx), op)
+	cctx, cancel := detached(ctx)
+	c, err := s.l.Claim(cctx, op)
+	cancel()
 	if err != nil || !c.Outcome.Held() {
 		return s.answer(ctx, op, c, err)
 	}
 	return s.run(ctx, req, handler, c)
+}
+
+// ledgerTimeout bounds every ledger call the interceptor makes on a call's
+// behalf. They run detached from the call's context, so that a client that
+// goes away cannot stop a claim or a record half way.
+const ledgerTimeout = 10 * time.Second
+
+func detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), ledgerTimeout)
 }
 
 // incomingKey returns the call's key: absent, valid, or an error matching
@@ -145,7 +157,8 @@ func (s *server) run(ctx context.Context, req any, handler grpc.UnaryHandler, c 
 	stop()
 	crashpoint.Hit(crashpoint.AfterCall)
 
-	rctx := context.WithoutCancel(ctx)
+	rctx, rcancel := detached(ctx)
+	defer rcancel()
 	act, res := decide(resp, herr)
 	var err error
 	switch act {
@@ -173,13 +186,16 @@ func (s *server) run(ctx context.Context, req any, handler grpc.UnaryHandler, c 
 func (s *server) answer(ctx context.Context, op idem.Op, c *idem.Claim, err error) (any, error) {
 	if err != nil {
 		var ce *idem.ConflictError
+		var ie *idem.InputError
 		switch {
 		case errors.Is(err, idem.ErrExpired) && errors.As(err, &ce):
 			return nil, refusal(codes.FailedPrecondition, ReasonKeyExpired, fmt.Sprintf(
-				"a call with this key was handled on %s; its answer is no longer kept and it will not be handled again: use a new key for a new call",
-				ce.Record.CompletedAt.UTC().Format("2006-01-02T15:04:05Z")))
-		case errors.Is(err, idem.ErrInvalid):
+				"idemgrpc: a call with this key was handled on %s; its answer is no longer kept and it will not be handled again: use a new key for a new call",
+				ce.Record.CompletedAt.UTC().Format(time.RFC3339)))
+		case errors.As(err, &ie) && ie.Field == "scope":
 			return nil, refusal(codes.InvalidArgument, ReasonScopeInvalid, err.Error())
+		case errors.As(err, &ie): // Options.Lease or Retention outside the ledger's range
+			return nil, status.Errorf(codes.Internal, "idemgrpc: %v", err)
 		default:
 			s.cfg.log.LogAttrs(ctx, slog.LevelError, "ledger unavailable; call not handled",
 				slog.String("key", idem.KeyHash(op.Key)), slog.String("fingerprint", op.Fingerprint), slog.Any("err", err))

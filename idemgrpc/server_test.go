@@ -3,9 +3,11 @@ package idemgrpc_test
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -14,6 +16,8 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/dburl"
+	"github.com/idemdev/idem/fingerprint"
 	"github.com/idemdev/idem/idemgrpc"
 )
 
@@ -289,5 +293,63 @@ func TestMethodsFilter(t *testing.T) {
 	call(ctx, cc, refundMethod, "k", "x")
 	if n := h.runs.Load(); n != 2 {
 		t.Fatalf("unguarded method ran %d times, want 2", n)
+	}
+}
+
+// A parked key, an expired key, an unusable scope and a ledger that does
+// not answer each get their code, and the handler does not run.
+func TestLedgerStates(t *testing.T) {
+	t.Parallel()
+	l := openLedger(t, "sqlite")
+	h := &counted{}
+	scope := func(ctx context.Context) (string, error) {
+		md, _ := metadata.FromIncomingContext(ctx)
+		return strings.Join(md.Get("tenant"), ""), nil
+	}
+	opts := &idemgrpc.Options{Scope: scope, Retention: time.Millisecond, Logger: quiet}
+	cc := serve(t, h.handle, idemgrpc.UnaryServerInterceptor(l, opts))
+	ctx := testCtx(t)
+
+	// Parked: the first call's outcome is unknown and waits for an operator.
+	req, _ := proto.MarshalOptions{Deterministic: true}.Marshal(wrapperspb.String("x"))
+	c, err := l.Claim(ctx, idem.Op{Scope: "t", Key: "parked", Fingerprint: fingerprint.GRPC(chargeMethod, req)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Park(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, call(ctx, cc, chargeMethod, "parked", "x", "tenant", "t").err, codes.FailedPrecondition, idemgrpc.ReasonParked)
+
+	// Expired: past retention (1 ms here), within the tombstone window.
+	if r := call(ctx, cc, chargeMethod, "old", "x", "tenant", "t"); r.err != nil {
+		t.Fatal(r.err)
+	}
+	for {
+		r := call(ctx, cc, chargeMethod, "old", "x", "tenant", "t")
+		if status.Code(r.err) == codes.FailedPrecondition {
+			wantCode(t, r.err, codes.FailedPrecondition, idemgrpc.ReasonKeyExpired)
+			break
+		}
+		if !r.replayed {
+			t.Fatalf("before expiry: %+v", r)
+		}
+		time.Sleep(time.Millisecond)
+	}
+
+	// A scope the ledger cannot store.
+	wantCode(t, call(ctx, cc, chargeMethod, "k", "x", "tenant", strings.Repeat("t", 256)).err, codes.InvalidArgument, idemgrpc.ReasonScopeInvalid)
+
+	// The ledger is gone: nothing handled, retry later. (A ledger of its
+	// own, closed here and not again at cleanup.)
+	gone, err := dburl.Open(ctx, "sqlite:"+filepath.Join(t.TempDir(), "gone.db"), &idem.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone.Close()
+	cc = serve(t, h.handle, idemgrpc.UnaryServerInterceptor(gone, opts))
+	wantCode(t, call(ctx, cc, chargeMethod, "k", "x", "tenant", "t").err, codes.Unavailable, idemgrpc.ReasonLedgerUnavailable)
+	if n := h.runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
 	}
 }
