@@ -200,11 +200,13 @@ func finalAnswer(resp *http.Response, err error, cancel context.CancelFunc) (*ht
 	return resp, nil
 }
 
+// cancelOnClose ends a request's context when its response body is closed.
 type cancelOnClose struct {
 	io.ReadCloser
 	cancel context.CancelFunc
 }
 
+// Close closes the body, then ends the context.
 func (b *cancelOnClose) Close() error {
 	err := b.ReadCloser.Close()
 	b.cancel()
