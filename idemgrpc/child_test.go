@@ -19,6 +19,7 @@ import (
 	"github.com/idemdev/idem/dburl"
 	"github.com/idemdev/idem/idemgrpc"
 	"github.com/idemdev/idem/internal/crashpoint"
+	"github.com/idemdev/idem/internal/pgtest"
 )
 
 // The child server process (the test binary re-executed) is configured by
@@ -105,7 +106,20 @@ func startChild(env []string, crash string) (*exec.Cmd, error) {
 // answers the client's retry (same key) from the ledger. One effect.
 func TestServerKilledMidCall(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
+	for _, driver := range []string{"sqlite", "postgres"} {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			url := "sqlite:" + filepath.Join(dir, "idem.db")
+			if driver == "postgres" {
+				url = pgtest.NewDB(t)
+			}
+			killAndRestart(t, dir, url)
+		})
+	}
+}
+
+func killAndRestart(t *testing.T, dir, url string) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -113,7 +127,7 @@ func TestServerKilledMidCall(t *testing.T) {
 	addr := lis.Addr().String()
 	lis.Close()
 	effects := filepath.Join(dir, "effects")
-	env := []string{envChildDB + "=sqlite:" + filepath.Join(dir, "idem.db"), envChildAddr + "=" + addr, envChildEffects + "=" + effects}
+	env := []string{envChildDB + "=" + url, envChildAddr + "=" + addr, envChildEffects + "=" + effects}
 
 	first, err := startChild(env, crashpoint.AfterCommit)
 	if err != nil {
