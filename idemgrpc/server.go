@@ -64,7 +64,7 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	if !ok {
 		if s.cfg.require {
 			return nil, refusal(codes.InvalidArgument, ReasonKeyMissing,
-				"this method needs metadata "+MetadataKey+": a key made once per logical call and sent with every retry")
+				"idemgrpc: this method needs metadata "+MetadataKey+": a key made once per logical call and sent with every retry")
 		}
 		return handler(ctx, req)
 	}

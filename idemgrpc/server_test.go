@@ -217,16 +217,16 @@ func TestErrorCodes(t *testing.T) {
 	t.Parallel()
 	l := openLedger(t, "sqlite")
 	var mu sync.Mutex
-	fail := map[string]codes.Code{} // value → code of its first run
+	fail := map[string]error{} // value → error of its first run
 	h := &counted{fail: func(int64) error { return nil }}
 	handle := func(ctx context.Context, method string, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 		mu.Lock()
-		c, ok := fail[in.GetValue()]
+		err, ok := fail[in.GetValue()]
 		delete(fail, in.GetValue())
 		mu.Unlock()
 		if ok {
 			h.runs.Add(1)
-			return nil, status.Error(c, "first run fails")
+			return nil, err
 		}
 		return h.handle(ctx, method, in)
 	}
@@ -236,27 +236,35 @@ func TestErrorCodes(t *testing.T) {
 	for _, c := range []struct {
 		code codes.Code
 		then string // "runs again", "replayed", "in flight"
+		err  error  // what the handler returns; nil: a status with code
 	}{
-		{codes.Unavailable, "runs again"},
-		{codes.ResourceExhausted, "runs again"},
-		{codes.Aborted, "runs again"},
-		{codes.Internal, "runs again"},
-		{codes.Unknown, "runs again"},
-		{codes.Unimplemented, "runs again"},
-		{codes.DataLoss, "runs again"},
-		{codes.DeadlineExceeded, "in flight"},
-		{codes.Canceled, "in flight"},
-		{codes.InvalidArgument, "replayed"},
-		{codes.NotFound, "replayed"},
-		{codes.AlreadyExists, "replayed"},
-		{codes.PermissionDenied, "replayed"},
-		{codes.FailedPrecondition, "replayed"},
-		{codes.OutOfRange, "replayed"},
-		{codes.Unauthenticated, "replayed"},
+		{codes.Canceled, "in flight", context.Canceled},
+		{codes.DeadlineExceeded, "in flight", context.DeadlineExceeded},
+		{codes.Unavailable, "runs again", nil},
+		{codes.ResourceExhausted, "runs again", nil},
+		{codes.Aborted, "runs again", nil},
+		{codes.Internal, "runs again", nil},
+		{codes.Unknown, "runs again", nil},
+		{codes.Unimplemented, "runs again", nil},
+		{codes.DataLoss, "runs again", nil},
+		{codes.DeadlineExceeded, "in flight", nil},
+		{codes.Canceled, "in flight", nil},
+		{codes.InvalidArgument, "replayed", nil},
+		{codes.NotFound, "replayed", nil},
+		{codes.AlreadyExists, "replayed", nil},
+		{codes.PermissionDenied, "replayed", nil},
+		{codes.FailedPrecondition, "replayed", nil},
+		{codes.OutOfRange, "replayed", nil},
+		{codes.Unauthenticated, "replayed", nil},
 	} {
 		v := c.code.String()
+		if c.err == nil {
+			c.err = status.Error(c.code, "first run fails")
+		} else {
+			v = "bare-" + v
+		}
 		mu.Lock()
-		fail[v] = c.code
+		fail[v] = c.err
 		mu.Unlock()
 		before := h.runs.Load()
 		if r := call(ctx, cc, chargeMethod, "key-"+v, v); status.Code(r.err) != c.code {

@@ -3,6 +3,7 @@ package idemgrpc
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -90,10 +91,12 @@ func decide(resp any, herr error) (action, idem.Result) {
 	if herr != nil {
 		st := status.Convert(herr)
 		switch {
+		case unknownOutcome(st.Code()), errors.Is(herr, context.Canceled), errors.Is(herr, context.DeadlineExceeded):
+			// A bare context error converts to Unknown, which would release
+			// the key: the handler stopped part way, so it is unknown.
+			return actLeave, idem.Result{}
 		case released(st.Code()):
 			return actRelease, idem.Result{}
-		case unknownOutcome(st.Code()):
-			return actLeave, idem.Result{}
 		}
 		body, err := deterministic.Marshal(st.Proto())
 		if err != nil {
