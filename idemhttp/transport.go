@@ -123,7 +123,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if !replayable {
 			discard(resp)
 			cancel()
-			what := "a network error"
+			what := fmt.Sprintf("a network error (%v)", err)
 			if err == nil {
 				what = resp.Status
 			}
