@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/idemdev/idem"
@@ -28,6 +29,7 @@ const (
 	envChildDB      = "IDEMGRPC_CHILD_DB"      // ledger URL
 	envChildAddr    = "IDEMGRPC_CHILD_ADDR"    // where to listen
 	envChildEffects = "IDEMGRPC_CHILD_EFFECTS" // file the handler appends one line per effect to
+	envChildLease   = "IDEMGRPC_CHILD_LEASE"   // Options.Lease
 )
 
 func isChild() bool { return os.Getenv(envChildDB) != "" }
@@ -52,24 +54,44 @@ func childMain() {
 	if err != nil {
 		fail(err)
 	}
+	// The effect is keyed, as a downstream that deduplicates on the
+	// forwarded key is: a line in the effects file per key, written once.
+	// Every run is also appended to the runs file.
+	effects, runs := os.Getenv(envChildEffects), os.Getenv(envChildEffects)+".runs"
 	effect := func(ctx context.Context, method string, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
-		f, err := os.OpenFile(os.Getenv(envChildEffects), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
-		if err != nil {
+		md, _ := metadata.FromIncomingContext(ctx)
+		key := strings.Join(md.Get(idemgrpc.MetadataKey), "")
+		if err := appendLine(runs, key); err != nil {
 			return nil, err
 		}
-		defer f.Close()
-		if _, err := fmt.Fprintln(f, in.GetValue()); err != nil {
-			return nil, err
-		}
-		if err := f.Sync(); err != nil {
-			return nil, err
+		done, _ := os.ReadFile(effects)
+		if !strings.Contains(string(done), key+" ") {
+			if err := appendLine(effects, key+" "+in.GetValue()); err != nil {
+				return nil, err
+			}
 		}
 		return wrapperspb.String("done:" + in.GetValue()), nil
 	}
-	srv := grpc.NewServer(grpc.UnaryInterceptor(idemgrpc.UnaryServerInterceptor(l, &idemgrpc.Options{SharedScope: true, Logger: quiet})))
+	lease, _ := time.ParseDuration(os.Getenv(envChildLease))
+	opts := &idemgrpc.Options{SharedScope: true, Lease: lease, Logger: quiet}
+	srv := grpc.NewServer(grpc.UnaryInterceptor(idemgrpc.UnaryServerInterceptor(l, opts)))
 	srv.RegisterService(&paymentsDesc, handleFunc(effect))
 	fmt.Println("ready")
 	fail(srv.Serve(lis))
+}
+
+// appendLine appends line to the file at path and syncs it: it survives
+// SIGKILL.
+func appendLine(path, line string) error {
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if _, err := fmt.Fprintln(f, line); err != nil {
+		return err
+	}
+	return f.Sync()
 }
 
 // startChild runs the test binary as a child server; crash arms a crash
@@ -101,25 +123,33 @@ func startChild(env []string, crash string) (*exec.Cmd, error) {
 	return cmd, nil
 }
 
-// A server killed (SIGKILL) after the handler's effect and its recorded
-// answer, before the response left: restarted on the same database, it
-// answers the client's retry (same key) from the ledger. One effect.
+// A server killed (SIGKILL) mid-call, restarted on the same database: the
+// client's retries (one key) end with one effect.
+//
+//   - after-commit: the effect and the recorded answer are there, the
+//     response never left; the retry gets the stored answer.
+//   - after-call: the handler's effect is done but its answer was not
+//     recorded; the retry is told the call is in flight until the lease
+//     ends, then the call runs again with the same key, which the keyed
+//     effect recognises.
 func TestServerKilledMidCall(t *testing.T) {
 	t.Parallel()
 	for _, driver := range []string{"sqlite", "postgres"} {
-		t.Run(driver, func(t *testing.T) {
-			t.Parallel()
-			dir := t.TempDir()
-			url := "sqlite:" + filepath.Join(dir, "idem.db")
-			if driver == "postgres" {
-				url = pgtest.NewDB(t)
-			}
-			killAndRestart(t, dir, url)
-		})
+		for _, crash := range []string{crashpoint.AfterCommit, crashpoint.AfterCall} {
+			t.Run(driver+"/"+crash, func(t *testing.T) {
+				t.Parallel()
+				dir := t.TempDir()
+				url := "sqlite:" + filepath.Join(dir, "idem.db")
+				if driver == "postgres" {
+					url = pgtest.NewDB(t)
+				}
+				killAndRestart(t, dir, url, crash)
+			})
+		}
 	}
 }
 
-func killAndRestart(t *testing.T, dir, url string) {
+func killAndRestart(t *testing.T, dir, url, crash string) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -127,9 +157,9 @@ func killAndRestart(t *testing.T, dir, url string) {
 	addr := lis.Addr().String()
 	lis.Close()
 	effects := filepath.Join(dir, "effects")
-	env := []string{envChildDB + "=" + url, envChildAddr + "=" + addr, envChildEffects + "=" + effects}
+	env := []string{envChildDB + "=" + url, envChildAddr + "=" + addr, envChildEffects + "=" + effects, envChildLease + "=300ms"}
 
-	first, err := startChild(env, crashpoint.AfterCommit)
+	first, err := startChild(env, crash)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,17 +184,30 @@ func killAndRestart(t *testing.T, dir, url string) {
 	copts := &idemgrpc.ClientOptions{MaxAttempts: 1000, MaxElapsed: 50 * time.Second, BaseDelay: 10 * time.Millisecond, MaxDelay: 100 * time.Millisecond}
 	cc := dial(t, addr, grpc.WithUnaryInterceptor(idemgrpc.UnaryClientInterceptor(copts)))
 	r := call(testCtx(t), cc, chargeMethod, "", "order-7")
-	if r.err != nil || r.out.GetValue() != "done:order-7" || !r.replayed {
-		t.Fatalf("got %+v, want the stored answer replayed", r)
-	}
 	if err := <-died; err == nil || !strings.Contains(err.Error(), "signal: killed") {
 		t.Fatalf("first server ended with %v, want signal: killed", err)
 	}
-	b, err := os.ReadFile(effects)
-	if err != nil {
-		t.Fatal(err)
+	if r.err != nil || r.out.GetValue() != "done:order-7" {
+		t.Fatalf("got %+v", r)
 	}
-	if got := strings.Count(string(b), "\n"); got != 1 {
-		t.Fatalf("%d effects, want 1:\n%s", got, b)
+	wantRuns, wantReplayed := 1, true
+	if crash == crashpoint.AfterCall {
+		wantRuns, wantReplayed = 2, false
+	}
+	if r.replayed != wantReplayed {
+		t.Errorf("replayed: %v, want %v", r.replayed, wantReplayed)
+	}
+	lines := func(path string) []string {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Fields(strings.ReplaceAll(string(b), " ", "_"))
+	}
+	if e := lines(effects); len(e) != 1 {
+		t.Fatalf("effects %q, want 1", e)
+	}
+	if runs := lines(effects + ".runs"); len(runs) != wantRuns || runs[0] != runs[len(runs)-1] {
+		t.Fatalf("runs %q: want %d with one key", runs, wantRuns)
 	}
 }
