@@ -111,6 +111,7 @@ func post(t *testing.T, c *http.Client, url, body string, hdr ...string) (reply,
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer client-1") // the scope: keys are per caller
 	for _, h := range hdr {
 		k, v, _ := strings.Cut(h, ":")
 		req.Header.Set(k, strings.TrimSpace(v))
