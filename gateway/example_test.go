@@ -9,14 +9,15 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 
 	"github.com/idemdev/idem"
 	"github.com/idemdev/idem/dburl"
 	"github.com/idemdev/idem/gateway"
 )
 
-// A gateway in front of the demo payments API: a retried charge is
-// answered from the ledger and charged once.
+// A gateway in front of a payments API: a retried charge is answered from
+// the ledger and charged once.
 func ExampleNew() {
 	dir, _ := os.MkdirTemp("", "gateway-example-")
 	defer os.RemoveAll(dir)
@@ -26,8 +27,13 @@ func ExampleNew() {
 	}
 	defer l.Close()
 
-	demo := gateway.NewDemo()
-	api := httptest.NewServer(demo)
+	var charges atomic.Int32 // the API charges every request it gets
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := charges.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"id":"ch_%d"}`, n)
+	}))
 	defer api.Close()
 	upstream, _ := url.Parse(api.URL)
 	g, err := gateway.New(l, &gateway.Config{Upstream: upstream, Logger: quiet})
@@ -48,7 +54,7 @@ func ExampleNew() {
 		resp.Body.Close()
 		fmt.Printf("%d replayed=%q\n", resp.StatusCode, resp.Header.Get("Idempotent-Replayed"))
 	}
-	fmt.Println("charges:", demo.Charges("order-42"))
+	fmt.Println("charges:", charges.Load())
 	// Output:
 	// 201 replayed=""
 	// 201 replayed="true"

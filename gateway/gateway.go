@@ -74,7 +74,6 @@ type Config struct {
 // Gateway is an http.Handler forwarding to one upstream.
 type Gateway struct {
 	handler     http.Handler
-	added       func(time.Duration)
 	readTimeout time.Duration
 }
 
@@ -96,9 +95,8 @@ func New(l *idem.Ledger, cfg *Config) (*Gateway, error) {
 		opts = *c.Options
 	}
 	opts.Logger = cmp.Or(opts.Logger, log)
-	mw, err := idemhttp.New(l, &opts)
-	if err != nil {
-		return nil, err
+	if c.AddedLatency != nil {
+		opts.AddedLatency = c.AddedLatency
 	}
 	transport := c.Transport
 	if transport == nil {
@@ -113,7 +111,7 @@ func New(l *idem.Ledger, cfg *Config) (*Gateway, error) {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(upstream)
 			pr.SetXForwarded()
-			if idemhttp.Claim(pr.In.Context()) != nil {
+			if callFrom(pr.In.Context()) != nil {
 				// A guarded answer is stored and replayed to clients that
 				// may not accept the coding the first one did: the
 				// transport asks for gzip itself and decodes it, so the
@@ -125,7 +123,11 @@ func New(l *idem.Ledger, cfg *Config) (*Gateway, error) {
 		ErrorHandler: f.upstreamFailed,
 		ErrorLog:     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	return &Gateway{handler: mw(f), added: c.AddedLatency, readTimeout: c.ReadTimeout}, nil
+	handler, err := idemhttp.NewProxy(l, &opts, f)
+	if err != nil {
+		return nil, err
+	}
+	return &Gateway{handler: handler, readTimeout: c.ReadTimeout}, nil
 }
 
 // deadlineBody lifts the read deadline once the body has been read (or
@@ -150,12 +152,8 @@ func (b *deadlineBody) Close() error {
 	return b.ReadCloser.Close()
 }
 
-// upstreamTime carries how long the upstream call of one request took.
-type upstreamTime struct{ d atomic.Int64 }
-
-type upstreamTimeKey struct{}
-
-// ServeHTTP guards r and forwards it.
+// ServeHTTP guards r and forwards it: idemhttp's middleware in front of
+// the forwarder, with the whole request read under the read timeout.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if g.readTimeout > 0 && r.Body != nil && r.Body != http.NoBody {
 		rc := http.NewResponseController(w)
@@ -163,61 +161,66 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			r.Body = &deadlineBody{ReadCloser: r.Body, clear: sync.OnceFunc(func() { rc.SetReadDeadline(time.Time{}) })}
 		}
 	}
-	if g.added == nil {
-		g.handler.ServeHTTP(w, r)
-		return
-	}
-	ut := &upstreamTime{}
-	start := time.Now()
-	g.handler.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), upstreamTimeKey{}, ut)))
-	if up := time.Duration(ut.d.Load()); up > 0 {
-		g.added(max(time.Since(start)-up, 0))
-	}
+	g.handler.ServeHTTP(w, r)
 }
 
-// forwarder is the handler behind the middleware.
+// forwarder is the idemhttp.Forwarder behind the middleware: a reverse
+// proxy that tells "nothing sent" from "sent, no answer".
 type forwarder struct {
 	proxy   *httputil.ReverseProxy
 	timeout time.Duration
 	log     *slog.Logger
 }
 
-// sendTrace records whether any byte of the request may have reached the
-// upstream. Headers written to a connection count, even if unflushed: when
-// in doubt, the outcome is unknown, never "not sent".
-type sendTrace struct{ sent atomic.Bool }
+// call is one guarded upstream call, carried in its request's context to
+// the proxy's hooks.
+type call struct {
+	claim *idem.Claim
+	// sent records whether any byte of the request may have reached the
+	// upstream. Headers written to a connection count, even if unflushed:
+	// when in doubt, the outcome is unknown, never "not sent".
+	sent     atomic.Bool
+	delivery idemhttp.Delivery
+}
 
-type sendTraceKey struct{}
+type callKey struct{}
 
-func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if idemhttp.Claim(r.Context()) == nil {
+func callFrom(ctx context.Context) *call {
+	c, _ := ctx.Value(callKey{}).(*call)
+	return c
+}
+
+// Forward sends r upstream. A guarded call is detached from the client:
+// once sent, it runs to its answer so that the answer can be recorded,
+// whether or not the client waits.
+func (f *forwarder) Forward(w http.ResponseWriter, r *http.Request, c *idem.Claim) idemhttp.Forwarded {
+	if c == nil {
 		f.proxy.ServeHTTP(w, r) // not guarded: a plain proxy
-		return
+		return idemhttp.Forwarded{}
 	}
-	// Detached from the client: once sent, the call runs to its answer so
-	// that the answer can be recorded, whether or not the client waits.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), f.timeout)
 	defer cancel()
-	tr := &sendTrace{}
-	ctx = context.WithValue(ctx, sendTraceKey{}, tr)
+	cl := &call{claim: c}
+	ctx = context.WithValue(ctx, callKey{}, cl)
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		WroteHeaders: func() { tr.sent.Store(true) },
+		WroteHeaders: func() { cl.sent.Store(true) },
 	})
 	start := time.Now()
-	f.proxy.ServeHTTP(heldFlush{w}, r.WithContext(ctx))
-	if ut, ok := ctx.Value(upstreamTimeKey{}).(*upstreamTime); ok {
-		ut.d.Store(int64(max(time.Since(start), 1)))
+	f.proxy.ServeHTTP(w, r.WithContext(ctx))
+	res := idemhttp.Forwarded{Delivery: cl.delivery}
+	if cl.sent.Load() {
+		res.Took = max(time.Since(start), 1)
 	}
+	return res
 }
 
 // upstreamFailed answers a failed upstream call and tells the middleware
 // what it means for the key.
 func (f *forwarder) upstreamFailed(w http.ResponseWriter, r *http.Request, err error) {
 	ctx := r.Context()
-	c := idemhttp.Claim(ctx)
-	tr, _ := ctx.Value(sendTraceKey{}).(*sendTrace)
+	cl := callFrom(ctx)
 	switch {
-	case c == nil:
+	case cl == nil:
 		level := slog.LevelWarn
 		if errors.Is(err, context.Canceled) {
 			level = slog.LevelDebug // the client went away
@@ -228,13 +231,14 @@ func (f *forwarder) upstreamFailed(w http.ResponseWriter, r *http.Request, err e
 			status = http.StatusGatewayTimeout
 		}
 		w.WriteHeader(status)
-	case tr != nil && !tr.sent.Load():
-		idemhttp.Release(ctx)
-		f.log.WarnContext(ctx, "gateway: upstream unreachable; nothing sent, key released", slog.String("key", idem.KeyHash(c.Op.Key)), slog.Any("err", err))
+	case !cl.sent.Load():
+		cl.delivery = idemhttp.NotSent
+		f.log.WarnContext(ctx, "gateway: upstream unreachable; nothing sent, key released", slog.String("key", idem.KeyHash(cl.claim.Op.Key)), slog.Any("err", err))
 		idemhttp.WriteProblem(w, idemhttp.Problem{Type: idemhttp.ProblemUpstreamDown, Title: "Upstream unreachable", Status: http.StatusBadGateway,
 			Detail: "The upstream could not be reached and nothing was sent to it. The key is free: retry with the same key.", RetryAfter: 1})
 	default:
-		idemhttp.Unknown(ctx)
+		cl.delivery = idemhttp.NoAnswer
+		c := cl.claim
 		f.log.WarnContext(ctx, "gateway: upstream did not answer; outcome unknown, claim kept until its lease ends",
 			slog.String("key", idem.KeyHash(c.Op.Key)), slog.Int64("attempt", c.Token), slog.Any("err", err))
 		wait := int(max(c.Op.Lease.Round(time.Second)/time.Second, 1))

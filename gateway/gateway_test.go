@@ -22,6 +22,7 @@ import (
 	"github.com/idemdev/idem/gateway"
 	"github.com/idemdev/idem/idemhttp"
 	"github.com/idemdev/idem/idemtype"
+	"github.com/idemdev/idem/internal/demo"
 	"github.com/idemdev/idem/internal/pgtest"
 )
 
@@ -420,7 +421,7 @@ func TestBodyLimitsAndBadKeys(t *testing.T) {
 func TestDemo(t *testing.T) {
 	t.Parallel()
 	l := openLedger(t, "sqlite")
-	demo := gateway.NewDemo()
+	demo := demo.New()
 	gw := newGateway(t, l, serveQuiet(t, demo).URL, nil)
 	a := post(t, gw+"/charges", `{"amount":1000}`, "Idempotency-Key: order-42")
 	b := post(t, gw+"/charges", `{"amount":1000}`, "Idempotency-Key: order-42")

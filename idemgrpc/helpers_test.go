@@ -2,7 +2,6 @@ package idemgrpc_test
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net"
 	"path/filepath"
@@ -191,5 +190,3 @@ func testCtx(t *testing.T) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
-
-var errBoom = errors.New("boom")

@@ -18,13 +18,16 @@ import (
 // serveLease is the lease-bound mode: claim, run the handler under a
 // heartbeated lease, record, answer.
 func (g *guard) serveLease(w http.ResponseWriter, r *http.Request, next http.Handler, op idem.Op) {
-	deadline := time.Now().Add(g.cfg.waitTimeout)
+	start := time.Now()
+	deadline := start.Add(g.cfg.waitTimeout)
 	for {
 		ctx, cancel := detached(r)
 		c, err := g.l.Claim(ctx, op)
 		cancel()
 		if err == nil && c.Outcome.Held() {
-			g.runLease(w, r, next, c)
+			if took := g.runLease(w, r, next, c); took > 0 && g.cfg.addedLatency != nil {
+				g.cfg.addedLatency(max(time.Since(start)-took, 0))
+			}
 			return
 		}
 		if g.waitable(c, err) && g.waitFor(r.Context(), op, deadline) {
@@ -35,12 +38,15 @@ func (g *guard) serveLease(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 }
 
-func (g *guard) runLease(w http.ResponseWriter, r *http.Request, next http.Handler, c *idem.Claim) {
+// runLease runs the handler under c and settles the key; it returns how long
+// a forwarded call's upstream took (0 for a handler).
+func (g *guard) runLease(w http.ResponseWriter, r *http.Request, next http.Handler, c *idem.Claim) (upstream time.Duration) {
 	ctl := &control{claim: c}
 	ctx, cancel := context.WithCancelCause(context.WithValue(r.Context(), controlKey{}, ctl))
 	defer cancel(nil)
 	stop := g.keepAlive(context.WithoutCancel(r.Context()), c, cancel)
 	rec := newRecorder(w, g.cfg.maxResponse, true)
+	rec.proxy = g.fwd != nil
 	defer rec.close()
 	if c.Outcome == idem.Reclaimed {
 		g.logOp(r.Context(), slog.LevelInfo, "handling a reclaimed key again", c.Op, c.Token)
@@ -58,13 +64,14 @@ func (g *guard) runLease(w http.ResponseWriter, r *http.Request, next http.Handl
 			panic(v)
 		}
 	}()
-	next.ServeHTTP(rec, r.WithContext(ctx))
+	upstream = g.handle(rec, r.WithContext(ctx), next, ctl)
 	returned = true
 	stop()
 
 	crashpoint.Hit(crashpoint.AfterCall)
 	g.finishLease(r, c, g.decide(ctl, rec), rec)
 	rec.send()
+	return upstream
 }
 
 // afterPanic settles a key whose handler panicked (a proxy aborting a

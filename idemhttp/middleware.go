@@ -56,18 +56,8 @@ func must(mw func(http.Handler) http.Handler, err error) func(http.Handler) http
 	return mw
 }
 
-// guard is one configured middleware.
-type guard struct {
-	l      *idem.Ledger
-	cfg    *config
-	tx     bool
-	secret scopeSecret
-	// inflight holds a token per guarded request being handled; nil
-	// when MaxInFlight is 0.
-	inflight chan struct{}
-}
-
-func newGuard(l *idem.Ledger, opts *Options, tx bool) (func(http.Handler) http.Handler, error) {
+// buildGuard checks opts and makes the middleware's state.
+func buildGuard(l *idem.Ledger, opts *Options, tx bool) (*guard, error) {
 	if l == nil {
 		panic("idemhttp: nil *idem.Ledger")
 	}
@@ -79,6 +69,28 @@ func newGuard(l *idem.Ledger, opts *Options, tx bool) (func(http.Handler) http.H
 	if cfg.maxInFlight > 0 {
 		g.inflight = make(chan struct{}, cfg.maxInFlight)
 	}
+	return g, nil
+}
+
+// guard is one configured middleware.
+type guard struct {
+	l      *idem.Ledger
+	cfg    *config
+	tx     bool
+	secret scopeSecret
+	// inflight holds a token per guarded request being handled; nil
+	// when MaxInFlight is 0.
+	inflight chan struct{}
+	// fwd, when set (NewProxy), is the handler: a proxy that says what
+	// became of each call.
+	fwd Forwarder
+}
+
+func newGuard(l *idem.Ledger, opts *Options, tx bool) (func(http.Handler) http.Handler, error) {
+	g, err := buildGuard(l, opts, tx)
+	if err != nil {
+		return nil, err
+	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.serve(w, r, next) })
 	}, nil
@@ -86,7 +98,7 @@ func newGuard(l *idem.Ledger, opts *Options, tx bool) (func(http.Handler) http.H
 
 func (g *guard) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	if !g.cfg.methods[r.Method] {
-		next.ServeHTTP(w, r)
+		g.pass(w, r, next)
 		return
 	}
 	done, ok := g.enter()
@@ -107,7 +119,7 @@ func (g *guard) serve(w http.ResponseWriter, r *http.Request, next http.Handler)
 	}
 	if p == nil {
 		done() // unguarded: its body is not held
-		next.ServeHTTP(w, r)
+		g.pass(w, r, next)
 		return
 	}
 	defer done()

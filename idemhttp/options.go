@@ -170,6 +170,11 @@ type Options struct {
 	// default a retry is handled again with the same key. Each call is
 	// also logged as an error. metrics.Collector.ResponseUnrecorded fits.
 	RecordFailed func()
+	// AddedLatency, when set, is told for every guarded request that a
+	// Forwarder (NewProxy) sent upstream how long the middleware took
+	// beyond the upstream call itself: claim, fingerprint, recording.
+	// metrics.Collector.GatewayAdded fits.
+	AddedLatency func(time.Duration)
 	// Logger receives a line for every notable decision, carrying scope,
 	// a hash of the key, fingerprint and attempt. Default slog.Default().
 	Logger *slog.Logger
@@ -196,6 +201,7 @@ type config struct {
 	exclude      []string        // JSON Pointers, for fingerprint.HTTP
 	docsURL      string
 	recordFailed func()
+	addedLatency func(time.Duration)
 	log          *slog.Logger
 }
 
@@ -219,6 +225,7 @@ func newConfig(opts *Options) (*config, error) {
 		serverErrors: o.ServerErrors,
 		docsURL:      cmp.Or(o.DocsURL, DefaultDocsURL),
 		recordFailed: o.RecordFailed,
+		addedLatency: o.AddedLatency,
 		log:          cmp.Or(o.Logger, slog.Default()),
 	}
 	if c.scope == nil {
@@ -226,7 +233,7 @@ func newConfig(opts *Options) (*config, error) {
 	}
 	var errs []error
 	bad := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("idemhttp: %s: %s", field, fmt.Sprintf(format, args...)))
+		errs = append(errs, &idem.InputError{Field: field, Reason: fmt.Sprintf(format, args...)})
 	}
 	c.methods = map[string]bool{}
 	methods := o.Methods
@@ -314,6 +321,10 @@ func (c *config) op(p *prepared) idem.Op {
 // Validate reports every problem New would refuse o for, without a
 // ledger: for command lines that check their flags before opening a
 // database.
+//
+// Each bad option is an *idem.InputError whose Field names the Options
+// field (errors.Join gathers them), so a caller can say which of its own
+// settings was wrong.
 func (o *Options) Validate() error {
 	_, err := newConfig(o)
 	return err

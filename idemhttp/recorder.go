@@ -35,6 +35,7 @@ type recorder struct {
 	buf    bytes.Buffer
 	limit  int64
 	lease  bool // may hand the response to the client before the handler returns
+	proxy  bool // the handler is a Forwarder: its flushes do not make a stream
 
 	passing   string // "" while holding; else why the response went through
 	spill     *os.File
@@ -137,6 +138,9 @@ func (r *recorder) pass(why string) {
 // flush of a held response without Content-Length marks it as a stream
 // and sends it through; otherwise a flush does nothing.
 func (r *recorder) FlushError() error {
+	if r.proxy && r.passing == "" && !isEventStream(r.h) {
+		return nil // a proxy flushes whatever it copies; hold it and store it whole
+	}
 	if r.passing == "" {
 		if !r.lease || r.h.Get("Content-Length") != "" {
 			return nil

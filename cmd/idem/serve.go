@@ -20,6 +20,7 @@ import (
 	"github.com/idemdev/idem/dburl"
 	"github.com/idemdev/idem/gateway"
 	"github.com/idemdev/idem/idemhttp"
+	"github.com/idemdev/idem/internal/demo"
 	"github.com/idemdev/idem/metrics"
 )
 
@@ -276,20 +277,14 @@ func (c *serveConfig) check() []error {
 	default:
 		bad("stale", "%q: want redo or park", c.stale)
 	}
-	for _, f := range []struct {
-		flag string
-		o    idemhttp.Options
-	}{
-		{"key-from", idemhttp.Options{KeyFrom: o.KeyFrom}},
-		{"methods", idemhttp.Options{Methods: o.Methods}},
-		{"allow-headers", idemhttp.Options{AllowHeaders: o.AllowHeaders}},
-		{"exclude", idemhttp.Options{Exclude: o.Exclude}},
-		{"max-body", idemhttp.Options{MaxBody: o.MaxBody}},
-		{"max-response", idemhttp.Options{MaxResponse: o.MaxResponse}},
-		{"release-status", idemhttp.Options{ReleaseStatus: o.ReleaseStatus}},
-	} {
-		if err := f.o.Validate(); err != nil {
-			bad(f.flag, "%v", err)
+	if err := o.Validate(); err != nil {
+		for _, e := range joined(err) {
+			var ie *idem.InputError
+			if errors.As(e, &ie) && optionFlags[ie.Field] != "" {
+				bad(optionFlags[ie.Field], "%s", ie.Reason)
+			} else {
+				errs = append(errs, e)
+			}
 		}
 	}
 	if _, err := c.log.logger(io.Discard); err != nil {
@@ -302,6 +297,24 @@ func (c *serveConfig) check() []error {
 // adminOptions are the admin page's options that come from flags.
 func (c *serveConfig) adminOptions() *admin.Options {
 	return &admin.Options{Addr: c.admin, Token: c.adminToken, Write: c.adminWrite}
+}
+
+// optionFlags names the flag behind each idemhttp.Options field that a
+// flag sets, for the errors Validate reports by field.
+var optionFlags = map[string]string{
+	"KeyFrom": "key-from", "Methods": "methods", "AllowHeaders": "allow-headers", "Exclude": "exclude",
+	"MaxBody": "max-body", "MaxResponse": "max-response", "ReleaseStatus": "release-status",
+	"MaxInFlight": "max-inflight", "Lease": "lease", "Retention": "retention", "WaitTimeout": "wait-timeout",
+	"OnConflict": "on-conflict", "ServerErrors": "on-5xx", "AnonymousScope": "anonymous-scope",
+}
+
+// joined lists the errors errors.Join gathered in err (err itself if it
+// joins none).
+func joined(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }
 
 func splitList(s string) []string {
@@ -361,7 +374,7 @@ func (c *serveConfig) run(ctx context.Context, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "idem serve: demo API: %v\n", err)
 			return 1
 		}
-		demo := &http.Server{Handler: gateway.NewDemo(), ReadHeaderTimeout: 10 * time.Second}
+		demo := &http.Server{Handler: demo.New(), ReadHeaderTimeout: 10 * time.Second}
 		go demo.Serve(ln)
 		closers = append(closers, func() { demo.Close() })
 		c.upstreamURL = &url.URL{Scheme: "http", Host: ln.Addr().String()}

@@ -1,4 +1,6 @@
-package gateway
+// Package demo is the payments API that `idem serve --demo` starts behind
+// the gateway.
+package demo
 
 import (
 	"encoding/json"
@@ -9,7 +11,7 @@ import (
 	"time"
 )
 
-// Demo is the small payments API that `idem serve --demo` starts behind the
+// API is the small payments API that `idem serve --demo` starts behind the
 // gateway, so that a newcomer can see replays, 409 and 422 with curl alone.
 // It does not deduplicate anything itself: it charges every request it
 // gets and counts the charges per Idempotency-Key, so a count above one
@@ -21,24 +23,24 @@ import (
 // Request headers make it misbehave: Demo-Delay: 5s answers slowly (to
 // see 409 from a concurrent retry), Demo-Fail: 503 fails with that status
 // before charging.
-type Demo struct {
+type API struct {
 	mu     sync.Mutex
 	seq    int
 	perKey map[string]int
 }
 
-// NewDemo returns a Demo with no charges.
-func NewDemo() *Demo { return &Demo{perKey: map[string]int{}} }
+// New returns an API with no charges.
+func New() *API { return &API{perKey: map[string]int{}} }
 
 // Charges returns how many charges the demo made for key.
-func (d *Demo) Charges(key string) int {
+func (d *API) Charges(key string) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.perKey[key]
 }
 
 // ServeHTTP serves the demo API.
-func (d *Demo) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (d *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path != "/charges" {
 		demoJSON(w, http.StatusNotFound, map[string]string{"error": "not found: try POST /charges or GET /charges"})
 		return
@@ -59,7 +61,7 @@ func (d *Demo) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (d *Demo) charge(w http.ResponseWriter, r *http.Request) {
+func (d *API) charge(w http.ResponseWriter, r *http.Request) {
 	var in struct {
 		Amount   int64  `json:"amount"`
 		Currency string `json:"currency"`
