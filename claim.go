@@ -108,7 +108,7 @@ func (l *Ledger) claim(ctx context.Context, ex driver.Executor, op Op) (*Claim, 
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("idem: claim %q: %w", op.Key, err)
+			return nil, fmt.Errorf("idem: claim %s: %w", l.keyName(op.Key), err)
 		}
 		if created {
 			return l.held(Acquired, op, p.LeaseID, rec), nil
@@ -119,7 +119,7 @@ func (l *Ledger) claim(ctx context.Context, ex driver.Executor, op Op) (*Claim, 
 		}
 		return c, err
 	}
-	return nil, fmt.Errorf("idem: claim %q: record changed %d times while deciding; giving up", op.Key, maxClaimRetries)
+	return nil, fmt.Errorf("idem: claim %s: record changed %d times while deciding; giving up", l.keyName(op.Key), maxClaimRetries)
 }
 
 // verdict is what the ledger does with an existing record.
@@ -209,7 +209,7 @@ func (l *Ledger) decide(ctx context.Context, ex driver.Executor, op Op, p driver
 		return &Claim{Outcome: Parked, Op: op, Record: r}, nil
 	default: // giveExpired
 		l.logOp(ctx, slog.LevelWarn, "replay of an expired key", op, r.Attempt)
-		return nil, &ConflictError{Outcome: expired, Record: r}
+		return nil, &ConflictError{Outcome: expired, Record: r, hashKey: l.hashKeys}
 	}
 }
 

@@ -48,11 +48,11 @@ func (l *Ledger) Do(ctx context.Context, op Op, fn Func) (Result, error) {
 	switch c.Outcome {
 	case Replay:
 		if c.Record.State == idemtype.StateFailed {
-			return c.Result, fmt.Errorf("%w: scope %q key %q", ErrFailed, c.Op.Scope, c.Op.Key)
+			return c.Result, fmt.Errorf("%w: scope %q key %s", ErrFailed, c.Op.Scope, l.keyName(c.Op.Key))
 		}
 		return c.Result, nil
 	case InFlight, Mismatch, Parked:
-		return Result{}, &ConflictError{Outcome: c.Outcome, Record: c.Record}
+		return Result{}, &ConflictError{Outcome: c.Outcome, Record: c.Record, hashKey: l.hashKeys}
 	}
 	crashpoint.Hit(crashpoint.AfterClaim)
 	return l.run(ctx, c, fn)
@@ -73,7 +73,7 @@ func (l *Ledger) run(ctx context.Context, c *Claim, fn Func) (res Result, err er
 	tx, end, err := l.drv.Begin(bg)
 	if err != nil {
 		l.releaseQuietly(bg, c)
-		return Result{}, fmt.Errorf("idem: begin %q: %w", c.Op.Key, err)
+		return Result{}, fmt.Errorf("idem: begin %s: %w", l.keyName(c.Op.Key), err)
 	}
 	// rollback ends the transaction once; on SQLite it holds idem's writer,
 	// which the writes after it (release, fail) need.
@@ -100,7 +100,7 @@ func (l *Ledger) run(ctx context.Context, c *Claim, fn Func) (res Result, err er
 	if ferr != nil {
 		rollback()
 		if cause := context.Cause(workCtx); errors.Is(cause, ErrLeaseLost) {
-			return Result{}, fmt.Errorf("idem: %q: %w: %w", c.Op.Key, ErrLeaseLost, ferr)
+			return Result{}, fmt.Errorf("idem: %s: %w: %w", l.keyName(c.Op.Key), ErrLeaseLost, ferr)
 		}
 		if IsPermanent(ferr) {
 			r := Result{Body: []byte(ferr.Error())}
@@ -124,7 +124,7 @@ func (l *Ledger) run(ctx context.Context, c *Claim, fn Func) (res Result, err er
 	if err != nil {
 		// The commit may have happened: the key is left to its lease, and a
 		// retry with the same op finds out.
-		return Result{}, fmt.Errorf("idem: commit %q (outcome unknown; retry with the same key): %w", c.Op.Key, err)
+		return Result{}, fmt.Errorf("idem: commit %s (outcome unknown; retry with the same key): %w", l.keyName(c.Op.Key), err)
 	}
 	crashpoint.Hit(crashpoint.AfterCommit)
 	return r, nil

@@ -3,6 +3,7 @@ package idem
 import (
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/idemdev/idem/idemtype"
 )
@@ -50,11 +51,25 @@ func (e *InputError) Is(target error) bool { return target == ErrInvalid }
 type ConflictError struct {
 	Outcome Outcome
 	Record  idemtype.Record
+
+	hashKey bool // Options.HashKeysInLogs: the message names KeyHash(key)
 }
 
 func (e *ConflictError) Error() string {
-	return fmt.Sprintf("%v: scope %q key %q (state %s, attempt %d)", e.sentinel(), e.Record.Scope, e.Record.Key, e.Record.State, e.Record.Attempt)
+	return fmt.Sprintf("%v: scope %q key %s (state %s, attempt %d)", e.sentinel(), e.Record.Scope, keyName(e.Record.Key, e.hashKey), e.Record.State, e.Record.Attempt)
 }
+
+// keyName is how a key appears in an error message: quoted, or as
+// KeyHash(key) under Options.HashKeysInLogs, since errors end up in logs.
+func keyName(key string, hash bool) string {
+	if hash {
+		return KeyHash(key)
+	}
+	return strconv.Quote(key)
+}
+
+// keyName is keyName under the ledger's option.
+func (l *Ledger) keyName(key string) string { return keyName(key, l.hashKeys) }
 
 func (e *ConflictError) sentinel() error {
 	switch e.Outcome {

@@ -75,7 +75,7 @@ func (l *Ledger) Heartbeat(ctx context.Context, c *Claim) error {
 		return ErrLeaseLost
 	}
 	if err != nil {
-		return fmt.Errorf("idem: heartbeat %q: %w", c.Op.Key, err)
+		return fmt.Errorf("idem: heartbeat %s: %w", l.keyName(c.Op.Key), err)
 	}
 	c.LeaseUntil = until
 	return nil
@@ -103,7 +103,7 @@ func (l *Ledger) finish(ctx context.Context, ex driver.Executor, c *Claim, st id
 	}
 	l.observe(ctx, Event{Kind: EventFinish, Op: c.Op, Attempt: c.Token, State: st, Took: time.Since(start), Err: err})
 	if err != nil {
-		return fmt.Errorf("idem: finish %q as %s: %w", c.Op.Key, st, err)
+		return fmt.Errorf("idem: finish %s as %s: %w", l.keyName(c.Op.Key), st, err)
 	}
 	return nil
 }

@@ -24,7 +24,7 @@ func (l *Ledger) Get(ctx context.Context, scope, key string) (idemtype.Record, e
 		return idemtype.Record{}, ErrNotFound
 	}
 	if err != nil {
-		return idemtype.Record{}, fmt.Errorf("idem: get %q: %w", key, err)
+		return idemtype.Record{}, fmt.Errorf("idem: get %s: %w", l.keyName(key), err)
 	}
 	return rec, nil
 }
@@ -77,13 +77,13 @@ func (l *Ledger) resolve(ctx context.Context, scope, key string, r Resolution) (
 		case gerr != nil:
 			return idemtype.Record{}, gerr
 		case cur.State == idemtype.StateInProgress && !cur.Stale():
-			return cur, fmt.Errorf("resolve %q: %w (until %s); use force to override", key, ErrLiveLease, cur.LeaseUntil.UTC().Format("15:04:05.000"))
+			return cur, fmt.Errorf("resolve %s: %w (until %s); use force to override", l.keyName(key), ErrLiveLease, cur.LeaseUntil.UTC().Format("15:04:05.000"))
 		default:
-			return cur, fmt.Errorf("idem: resolve %q: record is %s, not parked or in progress", key, cur.State)
+			return cur, fmt.Errorf("idem: resolve %s: record is %s, not parked or in progress", l.keyName(key), cur.State)
 		}
 	}
 	if err != nil {
-		return idemtype.Record{}, fmt.Errorf("idem: resolve %q: %w", key, err)
+		return idemtype.Record{}, fmt.Errorf("idem: resolve %s: %w", l.keyName(key), err)
 	}
 	return rec, nil
 }

@@ -83,7 +83,7 @@ func (l *Ledger) reconcileStale(ctx context.Context, ex driver.Executor, c *Clai
 	v, res, err := l.reconcile(ctx, c.Record)
 	l.observe(ctx, Event{Kind: EventReconcile, Op: c.Op, Attempt: c.Token, Verdict: v, Err: err})
 	if err != nil {
-		return nil, fmt.Errorf("idem: reconcile %q: %w", c.Op.Key, err)
+		return nil, fmt.Errorf("idem: reconcile %s: %w", l.keyName(c.Op.Key), err)
 	}
 	l.logOp(ctx, slog.LevelInfo, "stale claim reconciled", c.Op, c.Token, slog.String("verdict", v.String()))
 	switch v {

@@ -1,0 +1,39 @@
+package idem_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/dburl"
+)
+
+// TestHashedKeysInErrors: under HashKeysInLogs the ledger's errors, which
+// end up in logs, name a key by its hash, never as given.
+func TestHashedKeysInErrors(t *testing.T) {
+	ctx := context.Background()
+	l, err := dburl.Open(ctx, "sqlite:"+filepath.Join(t.TempDir(), "idem.db"), &idem.Options{HashKeysInLogs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	const key = "alice@example.com"
+	op := idem.Op{Key: key, Fingerprint: "fp"}
+	if _, err := l.Do(ctx, op, func(context.Context, *sql.Tx) ([]byte, error) {
+		return nil, idem.Permanent(errors.New("card declined"))
+	}); !errors.Is(err, idem.ErrFailed) {
+		t.Fatalf("first Do: %v", err)
+	}
+	_, failed := l.Do(ctx, op, nil)
+	op.Fingerprint = "other"
+	_, mismatch := l.Do(ctx, op, nil)
+	for _, err := range []error{failed, mismatch} {
+		if err == nil || strings.Contains(err.Error(), key) || !strings.Contains(err.Error(), idem.KeyHash(key)) {
+			t.Errorf("error %v: want the key's hash, not the key", err)
+		}
+	}
+}
