@@ -11,18 +11,17 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/idemdev/idem"
-	"github.com/idemdev/idem/dburl"
 	"github.com/idemdev/idem/gateway"
 	"github.com/idemdev/idem/idemhttp"
 	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/internal/demo"
+	"github.com/idemdev/idem/internal/ledgertest"
 	"github.com/idemdev/idem/internal/pgtest"
 )
 
@@ -46,31 +45,10 @@ func (a asClient) RoundTrip(r *http.Request) (*http.Response, error) {
 
 var quiet = slog.New(slog.DiscardHandler)
 
-func eachDriver(t *testing.T, fn func(t *testing.T, l *idem.Ledger)) {
-	t.Helper()
-	for _, name := range []string{"sqlite", "postgres"} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			fn(t, openLedger(t, name))
-		})
-	}
-}
+// eachDriver runs fn against a fresh ledger on SQLite and on PostgreSQL.
+func eachDriver(t *testing.T, fn func(t *testing.T, l *idem.Ledger)) { ledgertest.EachDriver(t, fn) }
 
-func openLedger(t testing.TB, driver string) *idem.Ledger {
-	t.Helper()
-	u := "sqlite:" + filepath.Join(t.TempDir(), "idem.db")
-	if driver == "postgres" {
-		u = pgtest.NewDB(t)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	l, err := dburl.Open(ctx, u, &idem.Options{Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	return l
-}
+func openLedger(t testing.TB, driver string) *idem.Ledger { return ledgertest.Open(t, driver) }
 
 // upstream is a test API that counts what reaches it per key.
 type upstream struct {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"net"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,7 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/idemdev/idem"
-	"github.com/idemdev/idem/dburl"
+	"github.com/idemdev/idem/internal/ledgertest"
 	"github.com/idemdev/idem/internal/pgtest"
 )
 
@@ -67,33 +66,10 @@ func methodHandler(full string) func(srv any, ctx context.Context, dec func(any)
 	}
 }
 
-// eachDriver runs fn against a fresh ledger on SQLite and on PostgreSQL,
-// as subtests named after the driver.
-func eachDriver(t *testing.T, fn func(t *testing.T, l *idem.Ledger)) {
-	t.Helper()
-	for _, name := range []string{"sqlite", "postgres"} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			fn(t, openLedger(t, name))
-		})
-	}
-}
+// eachDriver runs fn against a fresh ledger on SQLite and on PostgreSQL.
+func eachDriver(t *testing.T, fn func(t *testing.T, l *idem.Ledger)) { ledgertest.EachDriver(t, fn) }
 
-func openLedger(t testing.TB, driver string) *idem.Ledger {
-	t.Helper()
-	url := "sqlite:" + filepath.Join(t.TempDir(), "idem.db")
-	if driver == "postgres" {
-		url = pgtest.NewDB(t)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	l, err := dburl.Open(ctx, url, &idem.Options{Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	return l
-}
+func openLedger(t testing.TB, driver string) *idem.Ledger { return ledgertest.Open(t, driver) }
 
 // serve starts a real grpc-go server on loopback with the given server
 // interceptors around h, and returns a client connection to it.

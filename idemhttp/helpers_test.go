@@ -7,17 +7,15 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/idemdev/idem"
-	"github.com/idemdev/idem/dburl"
 	"github.com/idemdev/idem/idemhttp"
 	"github.com/idemdev/idem/idemtype"
+	"github.com/idemdev/idem/internal/ledgertest"
 	"github.com/idemdev/idem/internal/pgtest"
 )
 
@@ -41,33 +39,10 @@ func (a asClient) RoundTrip(r *http.Request) (*http.Response, error) {
 
 var quiet = slog.New(slog.DiscardHandler)
 
-// eachDriver runs fn against a fresh ledger on SQLite and on PostgreSQL,
-// as subtests named after the driver.
-func eachDriver(t *testing.T, fn func(t *testing.T, l *idem.Ledger)) {
-	t.Helper()
-	for _, name := range []string{"sqlite", "postgres"} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			fn(t, openLedger(t, name))
-		})
-	}
-}
+// eachDriver runs fn against a fresh ledger on SQLite and on PostgreSQL.
+func eachDriver(t *testing.T, fn func(t *testing.T, l *idem.Ledger)) { ledgertest.EachDriver(t, fn) }
 
-func openLedger(t testing.TB, driver string) *idem.Ledger {
-	t.Helper()
-	url := "sqlite:" + filepath.Join(t.TempDir(), "idem.db")
-	if driver == "postgres" {
-		url = pgtest.NewDB(t)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	l, err := dburl.Open(ctx, url, &idem.Options{Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	return l
-}
+func openLedger(t testing.TB, driver string) *idem.Ledger { return ledgertest.Open(t, driver) }
 
 // counter is a handler that counts its runs per key and answers 201 with a
 // body naming the run, a Location, a Set-Cookie and a custom header.
