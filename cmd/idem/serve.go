@@ -42,7 +42,7 @@ func init() {
 // serveConfig is everything `idem serve` was told.
 type serveConfig struct {
 	upstream, listen, db, admin   string
-	openDB, driver                string // --db as idem.Open takes it, and its driver (check)
+	openDB, driver                string // --db as dburl.Open takes it, and its driver (check)
 	adminToken                    string
 	adminWrite                    bool
 	pruneEvery                    time.Duration
