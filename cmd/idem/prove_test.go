@@ -188,7 +188,7 @@ func TestProveTarget(t *testing.T) {
 	defer api.Close()
 	effects := fmt.Sprintf(`cat "%s/$(printf %%s "$1" | tr / _)" 2>/dev/null || echo 0`, dir)
 	code, stdout, stderr := runIdem(t, "prove", "--target", api.URL+"/charges", "--effects-cmd", effects,
-		"--ops", "3", "--workers", "2", "--lease", "300ms")
+		"--ops", "3", "--workers", "2", "--lease", "1s")
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
