@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/idemdev/idem/dburl"
-	_ "github.com/mattn/go-sqlite3"
+	_ "modernc.org/sqlite"
 )
 
 // sqliteNames are file names that a "file:" URI would misread unescaped.
@@ -46,7 +46,7 @@ func TestSQLiteURIOpensTheFileNamed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		db, err := sql.Open("sqlite3", u.SQLiteURI()+"?_journal_mode=WAL")
+		db, err := sql.Open("sqlite", u.SQLiteURI()+"?_pragma=journal_mode(WAL)")
 		if err != nil {
 			t.Fatal(err)
 		}

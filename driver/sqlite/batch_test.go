@@ -10,7 +10,7 @@ import (
 	"github.com/idemdev/idem/driver"
 	"github.com/idemdev/idem/internal/groupcommit"
 	"github.com/idemdev/idem/internal/groupcommit/gctest"
-	_ "github.com/mattn/go-sqlite3"
+	_ "modernc.org/sqlite"
 )
 
 // openGC opens a driver on path whose group commit records its batches.
@@ -59,9 +59,9 @@ func TestGroupCommitCrash(t *testing.T) {
 	})
 }
 
-// testOpen opens and sets up a driver on path with mattn/go-sqlite3.
+// testOpen opens and sets up a driver on path (modernc.org/sqlite: it needs no cgo).
 func testOpen(path string) (*Driver, error) {
-	db, err := sql.Open("sqlite3", "file:"+path+"?_txlock=immediate&_busy_timeout=10000&_synchronous=FULL")
+	db, err := sql.Open("sqlite", "file:"+path+"?_txlock=immediate&_pragma=busy_timeout(10000)")
 	if err != nil {
 		return nil, err
 	}

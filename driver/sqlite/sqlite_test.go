@@ -9,29 +9,20 @@ import (
 	"github.com/idemdev/idem/driver"
 	"github.com/idemdev/idem/driver/drivertest"
 	"github.com/idemdev/idem/driver/sqlite"
-	_ "github.com/mattn/go-sqlite3"
 	_ "modernc.org/sqlite"
 )
 
-// The driver runs on both database/sql SQLite libraries: mattn/go-sqlite3
-// (cgo) and modernc.org/sqlite (pure Go). Each target opens the file the way
-// an application would, with BEGIN IMMEDIATE for its own transactions.
-var (
-	mattn = drivertest.Target{
-		Name:  "sqlite",
-		NewDB: newDB,
-		Open: func(ctx context.Context, path string) (driver.Driver, error) {
-			return open("sqlite3", "file:"+path+"?_txlock=immediate&_busy_timeout=10000&_synchronous=FULL")
-		},
-	}
-	modernc = drivertest.Target{
-		Name:  "sqlite-modernc",
-		NewDB: newDB,
-		Open: func(ctx context.Context, path string) (driver.Driver, error) {
-			return open("sqlite", "file:"+path+"?_txlock=immediate&_pragma=busy_timeout(10000)")
-		},
-	}
-)
+// The driver runs on both database/sql SQLite libraries: modernc.org/sqlite
+// (pure Go) always, and mattn/go-sqlite3 where cgo is on (mattn_test.go
+// adds it). Each target opens the file the way an application would, with
+// BEGIN IMMEDIATE for its own transactions.
+var targets = []drivertest.Target{{
+	Name:  "sqlite-modernc",
+	NewDB: newDB,
+	Open: func(ctx context.Context, path string) (driver.Driver, error) {
+		return open("sqlite", "file:"+path+"?_txlock=immediate&_pragma=busy_timeout(10000)")
+	},
+}}
 
 func newDB(t testing.TB) string { return filepath.Join(t.TempDir(), "idem.db") }
 
@@ -43,9 +34,10 @@ func open(lib, dsn string) (driver.Driver, error) {
 	return sqlite.New(db, &sqlite.Options{CloseDB: true}), nil
 }
 
-func TestMain(m *testing.M) { drivertest.Main(m, mattn, modernc) }
+func TestMain(m *testing.M) { drivertest.Main(m, targets...) }
 
 func TestConformance(t *testing.T) {
-	drivertest.Run(t, mattn)
-	drivertest.Run(t, modernc)
+	for _, tg := range targets {
+		drivertest.Run(t, tg)
+	}
 }
