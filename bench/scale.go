@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemdev/idem"
@@ -41,6 +42,9 @@ var scaleBody = func() []byte {
 // pruneShift moves the prune rows' clock past every filled record's
 // retention and tombstone window.
 const pruneShift = idem.DefaultRetention + idem.DefaultTombstoneTTL + time.Hour
+
+// pruneBatch is the prune's batch size: PruneOptions' default.
+const pruneBatch = 1000
 
 // scaleRows measures the ledger holding Keys records against an empty one
 // (claim+complete of new keys, replays of old keys), then, on the same
@@ -132,46 +136,42 @@ func (r *runner) pruneRows(ctx context.Context, url string, n int) ([]Result, er
 	if err != nil {
 		return nil, err
 	}
-	const batch = 1000 // PruneOptions' default
 	r.progress("scale prune, alone: half of %d expired records", n)
 	var alone pruneStat
-	if err := alone.run(ctx, l, max(1, n/2/batch)); err != nil {
+	if err := alone.run(ctx, l, max(1, n/2/pruneBatch)); err != nil {
 		return nil, err
 	}
 	var out []Result
 	var loaded pruneStat
 	// Each concurrency gets an equal share of the rest, so that the prune
 	// does not run out during the first.
-	budget := max(1, (n-n/2)/batch/len(r.o.Concurrency))
+	budget := max(1, (n-n/2)/pruneBatch/len(r.o.Concurrency))
 	for _, c := range r.o.Concurrency {
 		var (
-			stop   context.CancelFunc
+			stop   atomic.Bool
 			wg     sync.WaitGroup
 			runErr error
 			during pruneStat
 		)
+		// The pruner stops between batches, never inside one: a batch cut
+		// short would be work done (or not) but not counted.
 		with := side{name: "pruning", op: scaleClaimComplete(l),
 			before: func() {
-				left := budget - during.batches
-				if during.done || left <= 0 {
-					return
-				}
-				pctx, cancel := context.WithCancel(ctx)
-				stop = cancel
+				stop.Store(false)
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					if err := during.run(pctx, l, left); err != nil && !errors.Is(err, context.Canceled) {
-						runErr = err
+					for !stop.Load() && !during.done && during.batches < budget {
+						if err := during.run(ctx, l, 1); err != nil {
+							runErr = err
+							return
+						}
 					}
 				}()
 			},
 			after: func() {
-				if stop != nil {
-					stop()
-					wg.Wait()
-					stop = nil
-				}
+				stop.Store(true)
+				wg.Wait()
 			}}
 		r.progress("scale claim+complete while pruning, %s: pruning, not pruning", callers(c))
 		res, err := compare(ctx, c, r.o.Duration, with, side{name: "not-pruning", op: scaleClaimComplete(l)})
@@ -184,8 +184,11 @@ func (r *runner) pruneRows(ctx context.Context, url string, n int) ([]Result, er
 		res0 := newResult(GroupScale, "scale claim+complete while pruning", "the same on the same ledger, no prune running",
 			r.db, c, r.o.Duration, res[0], res[1], true)
 		res0.Keys = n
-		res0.Note = fmt.Sprintf("the prune ran %.0f%% of the time measured with it and removed %d records (%.0f/s)",
-			100*min(1, during.took.Seconds()/res[0].Wall.Seconds()), during.deleted, during.perSec())
+		res0.Note = fmt.Sprintf("the prune ran %.0f%% of the time measured with it and removed %d records (%.0f/s) in batches of %s on average",
+			100*min(1, during.took.Seconds()/res[0].Wall.Seconds()), during.deleted, during.perSec(), during.perBatch())
+		if res[0].Ops == 0 {
+			res0.Note += "; no claim+complete finished inside a slice while it ran"
+		}
 		out = append(out, res0)
 		loaded.add(during)
 	}
@@ -204,9 +207,9 @@ func (r *runner) pruneRows(ctx context.Context, url string, n int) ([]Result, er
 	if p.BaselineOpsPerS > 0 {
 		p.Ratio = p.OpsPerSec / p.BaselineOpsPerS
 	}
-	p.Note = fmt.Sprintf("one pruner, batches of %d; %d records tombstoned and deleted (%d alone in %.1fs, %d under load in %.1fs); "+
-		"idem_keys %s → %s, database %s → %s", batch, alone.deleted+loaded.deleted, alone.deleted, alone.took.Seconds(),
-		loaded.deleted, loaded.took.Seconds(), mib(before.Ledger), mib(after.Ledger), mib(before.File), mib(after.File))
+	p.Note = fmt.Sprintf("one pruner, batches of %d; %d records tombstoned and deleted (%d alone in %.1fs, %s a batch; %d under load in %.1fs, %s a batch); "+
+		"idem_keys %s → %s, database %s → %s", pruneBatch, alone.deleted+loaded.deleted, alone.deleted, alone.took.Seconds(), alone.perBatch(),
+		loaded.deleted, loaded.took.Seconds(), loaded.perBatch(), mib(before.Ledger), mib(after.Ledger), mib(before.File), mib(after.File))
 	if r.db.driver == "sqlite" {
 		p.Note += fmt.Sprintf(" (%s of it free pages, kept by the file until a VACUUM)", mib(after.Free))
 	}
@@ -230,22 +233,29 @@ func (s *pruneStat) perSec() float64 {
 	return float64(s.deleted) / s.took.Seconds()
 }
 
+func (s *pruneStat) perBatch() time.Duration {
+	if s.batches == 0 {
+		return 0
+	}
+	return (s.took / time.Duration(s.batches)).Round(100 * time.Microsecond)
+}
+
 func (s *pruneStat) add(o pruneStat) {
 	s.deleted += o.deleted
 	s.batches += o.batches
 	s.took += o.took
 }
 
-// run prunes (at most batches batches; 0 until done) and adds what whole
-// batches deleted and how long it ran; a batch cut short by ctx adds its
-// time but not its rows.
+// run prunes (at most batches batches; 0 until done) and adds what it
+// deleted and how long it ran.
 func (s *pruneStat) run(ctx context.Context, l *idem.Ledger, batches int) error {
 	t0 := time.Now()
-	st, err := l.Prune(ctx, &idem.PruneOptions{MaxBatches: batches})
+	st, err := l.Prune(ctx, &idem.PruneOptions{BatchSize: pruneBatch, MaxBatches: batches})
 	s.took += time.Since(t0)
 	s.deleted += st.Deleted
 	s.batches += st.Batches
-	if err == nil && (batches == 0 || st.Batches < batches) {
+	// Prune stops early when a batch comes back short: nothing is left.
+	if err == nil && (batches == 0 || st.Batches < batches || batches == 1 && st.Tombstoned < pruneBatch && st.Deleted < pruneBatch) {
 		s.done = true
 	}
 	return err
