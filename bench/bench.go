@@ -45,10 +45,16 @@ const (
 	GroupJobs        = "jobs"        // enqueue, claim+complete vs hand-written loops
 	GroupGateway     = "gateway"     // keyed POSTs vs a bare reverse proxy
 	GroupSQLite      = "sqlite"      // the pure-Go SQLite library vs the cgo one
+	GroupScale       = "scale"       // a ledger holding Keys records vs an empty one; pruning under load
 )
 
 // Groups lists every row group.
-var Groups = []string{GroupLedger, GroupGroupCommit, GroupJobs, GroupGateway, GroupSQLite}
+var Groups = []string{GroupLedger, GroupGroupCommit, GroupJobs, GroupGateway, GroupSQLite, GroupScale}
+
+// DefaultGroups are the groups a run without Options.Groups measures:
+// all but scale, which fills a database with millions of rows and runs
+// only when asked for.
+var DefaultGroups = []string{GroupLedger, GroupGroupCommit, GroupJobs, GroupGateway, GroupSQLite}
 
 // Defaults for a zero Options field.
 var (
@@ -70,8 +76,11 @@ type Options struct {
 	// Concurrency lists the numbers of concurrent callers each row runs
 	// with. Default 1, 8, 32.
 	Concurrency []int
-	// Groups selects row groups (see Groups). Default all.
+	// Groups selects row groups (see Groups). Default DefaultGroups.
 	Groups []string
+	// Keys is how many completed records the scale rows fill the ledger
+	// with before they measure. Default DefaultKeys.
+	Keys int
 	// Progress, when set, receives one line per measurement as it starts.
 	Progress io.Writer
 }
@@ -106,6 +115,17 @@ type Result struct {
 	DurationSeconds     float64 `json:"duration_s"`
 	Durability          string  `json:"durability"`
 	PeakRSSMegabytes    float64 `json:"peak_rss_mb,omitempty"`
+	// Scale rows: Keys is how many filled records the idem side's ledger
+	// held when the row began, FillSeconds how long filling them took, and
+	// BytesPerKey what each took on disk (table and indexes, see Note for
+	// how it was measured).
+	Keys        int     `json:"keys,omitempty"`
+	FillSeconds float64 `json:"fill_s,omitempty"`
+	BytesPerKey float64 `json:"bytes_per_key,omitempty"`
+	// The prune row: the database's size before and after the prune (the
+	// SQLite file's pages, without the WAL; PostgreSQL's pg_database_size).
+	DiskBytesBefore int64 `json:"disk_bytes_before,omitempty"`
+	DiskBytesAfter  int64 `json:"disk_bytes_after,omitempty"`
 }
 
 func newResult(group, name, baseline string, drv *database, c int, d time.Duration, idem, base Stat, latency bool) Result {
@@ -145,7 +165,11 @@ func Run(ctx context.Context, opts *Options) ([]Result, error) {
 		o.Concurrency = DefaultConcurrency
 	}
 	if len(o.Groups) == 0 {
-		o.Groups = Groups
+		o.Groups = DefaultGroups
+	}
+	o.Keys = cmp.Or(o.Keys, DefaultKeys)
+	if o.Keys < 100 || o.Keys > 1_000_000_000 {
+		return nil, fmt.Errorf("bench: keys %d is outside [100, 1e9]", o.Keys)
 	}
 	for _, g := range o.Groups {
 		if !slices.Contains(Groups, g) {
@@ -197,6 +221,8 @@ func (r *runner) group(ctx context.Context, g string) ([]Result, error) {
 		return r.jobRows(ctx)
 	case GroupSQLite:
 		return r.sqliteRows(ctx)
+	case GroupScale:
+		return r.scaleRows(ctx)
 	default:
 		return r.gatewayRows(ctx)
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/idemdev/idem/bench"
 )
 
-const benchUsage = "idem bench [--db URL] [--duration D] [--concurrency 1,8,32] [--rows LIST] [--json] [--out FILE] [--cpuprofile FILE]"
+const benchUsage = "idem bench [--db URL] [--duration D] [--concurrency 1,8,32] [--rows LIST] [--keys N] [--json] [--out FILE] [--cpuprofile FILE]"
 
 func init() {
 	register(command{
@@ -41,6 +41,10 @@ latency and the ratio idem/baseline:
                httputil.ReverseProxy, in front of the same loopback upstream
   sqlite       the ledger on modernc.org/sqlite (pure Go) vs mattn/go-sqlite3
                (cgo); SQLite in a cgo build only
+  scale        (only when asked for) claim+complete and replays on a ledger
+               filled with --keys records vs an empty one; bytes per key;
+               prune throughput, and claim+complete while a prune runs vs
+               without; needs --db sqlite or --db postgres
 
 --db sqlite (the default) measures a new file in a temporary directory
 (synchronous=FULL); --db postgres starts a throwaway PostgreSQL cluster from
@@ -55,7 +59,8 @@ See docs/performance.md.`)
 	db := fs.String("db", "sqlite", "`URL`: sqlite (a temporary file), postgres (a throwaway cluster), or a URL (sqlite:PATH, postgres://…, host=… dbname=…) to measure")
 	dur := fs.Duration("duration", bench.DefaultDuration, "how long each side of each row is measured")
 	conc := fs.String("concurrency", "1,8,32", "comma-separated numbers of concurrent callers")
-	rows := fs.String("rows", strings.Join(bench.Groups, ","), "comma-separated row groups to run")
+	rows := fs.String("rows", strings.Join(bench.DefaultGroups, ","), "comma-separated row groups to run (known: "+strings.Join(bench.Groups, ", ")+")")
+	keys := fs.Int("keys", bench.DefaultKeys, "how many completed records the scale rows fill the ledger with")
 	asJSON := fs.Bool("json", false, "print one JSON object per row on stdout instead of the table")
 	outFile := fs.String("out", "", "also write one JSON object per row to `FILE`")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to `FILE` (go tool pprof)")
@@ -82,7 +87,10 @@ See docs/performance.md.`)
 	if err != nil {
 		return usageError(fs, stderr, "%v", err)
 	}
-	opts := &bench.Options{DB: spec, Duration: *dur, Concurrency: cs, Groups: groups, Progress: stderr}
+	if *keys < 100 || *keys > 1_000_000_000 {
+		return usageError(fs, stderr, "--keys %d: want 100…1000000000", *keys)
+	}
+	opts := &bench.Options{DB: spec, Duration: *dur, Concurrency: cs, Groups: groups, Keys: *keys, Progress: stderr}
 	if *dur < 100*time.Millisecond || *dur > time.Hour {
 		return usageError(fs, stderr, "--duration %v: want 100ms…1h", *dur)
 	}

@@ -53,6 +53,7 @@ func TestBenchBadFlags(t *testing.T) {
 		{"bench", "--concurrency", "a,b"},
 		{"bench", "--rows", "ledger,nope"},
 		{"bench", "--duration", "1ms"},
+		{"bench", "--keys", "5"},
 		{"bench", "extra"},
 	} {
 		r := opRun(t, "", args...)

@@ -141,6 +141,7 @@ var cases = []testCase{
 	{"Migrate", testMigrate},
 	{"Model", testModel},
 	{"CloseTwice", testCloseTwice},
+	{"Fill", testFill},
 }
 
 // Run runs the conformance suite against one driver.

@@ -1,0 +1,359 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/dburl"
+	"github.com/idemdev/idem/driver"
+)
+
+// DefaultKeys is how many records the scale rows fill the ledger with when
+// Options.Keys is zero.
+const DefaultKeys = 1_000_000
+
+// Shape of the filled records: random UUIDv4 keys spread over scaleScopes
+// scopes, each holding a 1 KiB stored response, completed a minute before
+// the rows run.
+const (
+	scaleScopes = 1000
+	scaleSample = 1000 // old keys the replay rows draw from
+	scaleAge    = time.Minute
+)
+
+// scaleBody is the stored response of every filled record and of every
+// record the scale rows write: 1 KiB of JSON-like text.
+var scaleBody = func() []byte {
+	const chars = "abcdefghijklmnopqrstuvwxyz0123456789"
+	b := []byte(`{"id":"`)
+	for len(b) < 1022 {
+		b = append(b, chars[rand.IntN(len(chars))])
+	}
+	return append(b, `"}`...)
+}()
+
+// pruneShift moves the prune rows' clock past every filled record's
+// retention and tombstone window.
+const pruneShift = idem.DefaultRetention + idem.DefaultTombstoneTTL + time.Hour
+
+// pruneBatch is the prune's batch size: PruneOptions' default.
+const pruneBatch = 1000
+
+// scaleRows measures the ledger holding Keys records against an empty one
+// (claim+complete of new keys, replays of old keys), then, on the same
+// full ledger seen by a clock moved past every record's window, a prune of
+// all of it: alone, and with claim+complete running next to it.
+func (r *runner) scaleRows(ctx context.Context) ([]Result, error) {
+	if r.db.shared {
+		return nil, errors.New("the scale rows fill a database with millions of rows: give them one of their own (--db sqlite or --db postgres)")
+	}
+	n := r.o.Keys
+	fullURL, err := r.db.fresh(ctx)
+	if err != nil {
+		return nil, err
+	}
+	emptyURL, err := r.db.fresh(ctx)
+	if err != nil {
+		return nil, err
+	}
+	full, err := openScale(ctx, fullURL, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { full.Close() }()
+	empty, err := openScale(ctx, emptyURL, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer empty.Close()
+
+	r.progress("scale: filling the ledger with %d completed records", n)
+	fill, err := fillLedger(ctx, full, n)
+	if err != nil {
+		return nil, err
+	}
+	r.progress("scale: filled in %.1fs: %.0f bytes per key (%s)", fill.took.Seconds(), fill.bytesPerKey, fill.size.How)
+	// The empty side holds only the keys its replays read.
+	small, err := fillLedger(ctx, empty, scaleSample)
+	if err != nil {
+		return nil, err
+	}
+	note := fmt.Sprintf("%d records filled in %.1fs (%.0f/s); %.0f bytes per key on disk (%s)",
+		n, fill.took.Seconds(), float64(n)/fill.took.Seconds(), fill.bytesPerKey, fill.size.How)
+	scaled := func(res Result) Result {
+		res.Keys, res.FillSeconds, res.BytesPerKey = n, fill.took.Seconds(), fill.bytesPerKey
+		if res.Concurrency == r.o.Concurrency[0] && strings.HasPrefix(res.Name, "scale claim+complete") {
+			res.Note = note // once in the table; every JSON row has the numbers
+		}
+		return res
+	}
+
+	var out []Result
+	for _, c := range r.o.Concurrency {
+		r.progress("scale claim+complete, %s: %d keys, empty", callers(c), n)
+		res, err := compare(ctx, c, r.o.Duration,
+			side{name: "full", op: scaleClaimComplete(full)},
+			side{name: "empty", op: scaleClaimComplete(empty)})
+		if err != nil {
+			return out, fmt.Errorf("claim+complete at %d keys, %s: %w", n, callers(c), err)
+		}
+		out = append(out, scaled(newResult(GroupScale, fmt.Sprintf("scale claim+complete at %d keys", n),
+			"the same on an empty ledger", r.db, c, r.o.Duration, res[0], res[1], true)))
+		r.progress("scale replay, %s: %d keys, empty", callers(c), n)
+		res, err = compare(ctx, c, r.o.Duration,
+			side{name: "full", op: scaleReplay(full, fill.sample)},
+			side{name: "empty", op: scaleReplay(empty, small.sample)})
+		if err != nil {
+			return out, fmt.Errorf("replay at %d keys, %s: %w", n, callers(c), err)
+		}
+		out = append(out, scaled(newResult(GroupScale, fmt.Sprintf("scale replay at %d keys", n),
+			fmt.Sprintf("the same on an empty ledger (%d keys, all replayed)", len(small.sample)), r.db, c, r.o.Duration, res[0], res[1], true)))
+	}
+	full.Close()
+	rows, err := r.pruneRows(ctx, fullURL, n)
+	return append(out, rows...), err
+}
+
+// pruneRows reopens the full ledger with its clock moved past every
+// record's window, so that all of it is due for pruning, and measures the
+// prune: about half of it alone, then the rest in turns with claim+complete
+// running next to it, against the same claim+complete with no prune.
+func (r *runner) pruneRows(ctx context.Context, url string, n int) ([]Result, error) {
+	l, err := openScale(ctx, url, &idem.Options{Clock: func() time.Time { return time.Now().Add(pruneShift) }})
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	sizer := l.Driver().(driver.Filler)
+	before, err := sizer.LedgerSize(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r.progress("scale prune, alone: half of %d expired records", n)
+	var alone pruneStat
+	if err := alone.run(ctx, l, max(1, n/2/pruneBatch)); err != nil {
+		return nil, err
+	}
+	var out []Result
+	var loaded pruneStat
+	// Each concurrency gets an equal share of the rest, so that the prune
+	// does not run out during the first.
+	budget := max(1, (n-n/2)/pruneBatch/len(r.o.Concurrency))
+	for _, c := range r.o.Concurrency {
+		var (
+			stop   atomic.Bool
+			wg     sync.WaitGroup
+			runErr error
+			during pruneStat
+		)
+		// The pruner stops between batches, never inside one: a batch cut
+		// short would be work done (or not) but not counted.
+		with := side{name: "pruning", op: scaleClaimComplete(l),
+			before: func() {
+				stop.Store(false)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for !stop.Load() && !during.done && during.batches < budget {
+						if err := during.run(ctx, l, 1); err != nil {
+							runErr = err
+							return
+						}
+					}
+				}()
+			},
+			after: func() {
+				stop.Store(true)
+				wg.Wait()
+			}}
+		r.progress("scale claim+complete while pruning, %s: pruning, not pruning", callers(c))
+		res, err := compare(ctx, c, r.o.Duration, with, side{name: "not-pruning", op: scaleClaimComplete(l)})
+		if err == nil {
+			err = runErr
+		}
+		if err != nil {
+			return out, fmt.Errorf("claim+complete while pruning, %s: %w", callers(c), err)
+		}
+		res0 := newResult(GroupScale, "scale claim+complete while pruning", "the same on the same ledger, no prune running",
+			r.db, c, r.o.Duration, res[0], res[1], true)
+		res0.Keys = n
+		res0.Note = fmt.Sprintf("the prune ran %.0f%% of the time measured with it and removed %d records (%.0f/s) in batches of %s on average",
+			100*min(1, during.took.Seconds()/res[0].Wall.Seconds()), during.deleted, during.perSec(), during.perBatch())
+		if res[0].Ops == 0 {
+			res0.P50, res0.P99 = nil, nil // not observed: no operation fit in a slice
+			res0.Note += "; no claim+complete finished inside a slice while it ran"
+		}
+		out = append(out, res0)
+		loaded.add(during)
+	}
+	r.progress("scale prune, alone: the rest")
+	if err := alone.run(ctx, l, 0); err != nil {
+		return out, err
+	}
+	after, err := sizer.LedgerSize(ctx)
+	if err != nil {
+		return out, err
+	}
+	p := Result{Group: GroupScale, Name: "scale prune (records/s) under claim+complete", Driver: r.db.driver, Concurrency: 1,
+		Baseline: "the same prune alone", OpsPerSec: loaded.perSec(), BaselineOpsPerS: alone.perSec(),
+		DurationSeconds: loaded.took.Seconds(), Durability: r.db.durability, Keys: n,
+		DiskBytesBefore: before.File, DiskBytesAfter: after.File}
+	if p.BaselineOpsPerS > 0 {
+		p.Ratio = p.OpsPerSec / p.BaselineOpsPerS
+	}
+	p.Note = fmt.Sprintf("one pruner, batches of %d; %d records tombstoned and deleted (%d alone in %.1fs, %s a batch; %d under load in %.1fs, %s a batch); "+
+		"idem_keys %s → %s, database %s → %s", pruneBatch, alone.deleted+loaded.deleted, alone.deleted, alone.took.Seconds(), alone.perBatch(),
+		loaded.deleted, loaded.took.Seconds(), loaded.perBatch(), mib(before.Ledger), mib(after.Ledger), mib(before.File), mib(after.File))
+	if r.db.driver == "sqlite" {
+		p.Note += fmt.Sprintf(" (%s of it free pages, kept by the file until a VACUUM)", mib(after.Free))
+	}
+	return append(out, p), nil
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+// pruneStat totals one or more prunes.
+type pruneStat struct {
+	deleted int
+	batches int
+	took    time.Duration
+	done    bool // a prune ran out of records
+}
+
+func (s *pruneStat) perSec() float64 {
+	if s.took <= 0 {
+		return 0
+	}
+	return float64(s.deleted) / s.took.Seconds()
+}
+
+func (s *pruneStat) perBatch() time.Duration {
+	if s.batches == 0 {
+		return 0
+	}
+	return (s.took / time.Duration(s.batches)).Round(100 * time.Microsecond)
+}
+
+func (s *pruneStat) add(o pruneStat) {
+	s.deleted += o.deleted
+	s.batches += o.batches
+	s.took += o.took
+}
+
+// run prunes (at most batches batches; 0 until done) and adds what it
+// deleted and how long it ran.
+func (s *pruneStat) run(ctx context.Context, l *idem.Ledger, batches int) error {
+	t0 := time.Now()
+	st, err := l.Prune(ctx, &idem.PruneOptions{BatchSize: pruneBatch, MaxBatches: batches})
+	s.took += time.Since(t0)
+	s.deleted += st.Deleted
+	s.batches += st.Batches
+	// Prune stops early when a batch comes back short: nothing is left.
+	if err == nil && (batches == 0 || st.Batches < batches || batches == 1 && st.Tombstoned < pruneBatch && st.Deleted < pruneBatch) {
+		s.done = true
+	}
+	return err
+}
+
+func openScale(ctx context.Context, url string, opts *idem.Options) (*idem.Ledger, error) {
+	o := idem.Options{}
+	if opts != nil {
+		o = *opts
+	}
+	o.Logger = quiet
+	l, err := dburl.Open(ctx, url, &o)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := l.Driver().(driver.Filler); !ok {
+		l.Close()
+		return nil, fmt.Errorf("the %s driver cannot fill a ledger in bulk (driver.Filler)", l.Driver().Name())
+	}
+	return l, nil
+}
+
+type filled struct {
+	took        time.Duration
+	size        driver.Size
+	bytesPerKey float64
+	sample      []driver.FilledKey
+}
+
+// fillLedger fills l with n completed records and measures what they take
+// on disk.
+func fillLedger(ctx context.Context, l *idem.Ledger, n int) (filled, error) {
+	f := l.Driver().(driver.Filler)
+	var out filled
+	size0, err := f.LedgerSize(ctx)
+	if err != nil {
+		return out, err
+	}
+	t0 := time.Now()
+	out.sample, err = f.FillCompleted(ctx, driver.FillParams{N: n, Scope: name("scale"), Scopes: scaleScopes, Body: scaleBody,
+		Retention: idem.DefaultRetention, TombstoneTTL: idem.DefaultTombstoneTTL, Age: scaleAge, Sample: min(n, scaleSample)})
+	out.took = time.Since(t0)
+	if err != nil {
+		return out, err
+	}
+	if len(out.sample) == 0 {
+		return out, errors.New("the fill returned no keys to replay")
+	}
+	if out.size, err = f.LedgerSize(ctx); err != nil {
+		return out, err
+	}
+	out.bytesPerKey = float64(out.size.Ledger-size0.Ledger) / float64(n)
+	return out, nil
+}
+
+// uuidV4 returns a random UUIDv4, as clients make idempotency keys.
+func uuidV4() string {
+	var b [16]byte
+	for i := range 2 {
+		v := rand.Uint64()
+		for j := range 8 {
+			b[8*i+j] = byte(v >> (8 * j))
+		}
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// scaleClaimComplete claims and completes a new random key in one of the
+// filled scopes' names, storing a 1 KiB response.
+func scaleClaimComplete(l *idem.Ledger) opFunc {
+	scope := name("scale")
+	return one(func(ctx context.Context, w int, seq int64) error {
+		op := idem.Op{Scope: fmt.Sprintf("%s-%d", scope, rand.IntN(scaleScopes)), Key: uuidV4(), Fingerprint: "fill"}
+		c, err := l.Claim(ctx, op)
+		if err != nil {
+			return err
+		}
+		if c.Outcome != idem.Acquired {
+			return fmt.Errorf("claim of a new key: %s: %w", c.Outcome, errUnexpected)
+		}
+		return l.Complete(ctx, c, idem.Result{Status: 201, Body: scaleBody})
+	})
+}
+
+// scaleReplay claims a random key of sample, which must replay.
+func scaleReplay(l *idem.Ledger, sample []driver.FilledKey) opFunc {
+	return one(func(ctx context.Context, w int, seq int64) error {
+		k := sample[rand.IntN(len(sample))]
+		c, err := l.Claim(ctx, idem.Op{Scope: k.Scope, Key: k.Key, Fingerprint: "fill"})
+		if err != nil {
+			return err
+		}
+		if c.Outcome != idem.Replay {
+			return fmt.Errorf("claim of a completed key: %s: %w", c.Outcome, errUnexpected)
+		}
+		return nil
+	})
+}
