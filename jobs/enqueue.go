@@ -29,6 +29,11 @@ type EnqueueOpts struct {
 	Delay time.Duration
 	// MaxAttempts overrides Config.MaxAttempts for this job.
 	MaxAttempts int
+	// Priority orders the job within its queue: 1 is the highest, 4 the
+	// lowest (River's scale). Zero means 1. A claim takes the due jobs of
+	// the highest priority first, then the oldest RunAt, then the lowest
+	// ID; a low-priority job waits as long as higher ones keep coming.
+	Priority int
 }
 
 // EnqueueParams is one job of a batch.
@@ -179,6 +184,8 @@ func (c *Client) prepare(p EnqueueParams) (driver.JobInsert, error) {
 		return driver.JobInsert{}, inputErr("delay", "set together with RunAt; set one")
 	case o.MaxAttempts < 0 || o.MaxAttempts > MaxAttemptLimit:
 		return driver.JobInsert{}, inputErr("max attempts", "%d is outside [1, %d]", o.MaxAttempts, MaxAttemptLimit)
+	case o.Priority < 0 || o.Priority > idemtype.JobPriorityLowest:
+		return driver.JobInsert{}, inputErr("priority", "%d is outside [%d, %d] (1 is the highest)", o.Priority, idemtype.JobPriorityHighest, idemtype.JobPriorityLowest)
 	}
 	b, err := encodeArgs(p.Args)
 	if err != nil {
@@ -190,5 +197,6 @@ func (c *Client) prepare(p EnqueueParams) (driver.JobInsert, error) {
 	return driver.JobInsert{
 		Queue: o.Queue, Kind: kind, Args: b, UniqueKey: o.UniqueKey,
 		MaxAttempts: cmp.Or(o.MaxAttempts, c.cfg.MaxAttempts), RunAt: o.RunAt, Delay: o.Delay,
+		Priority: cmp.Or(o.Priority, idemtype.JobPriorityHighest),
 	}, nil
 }
