@@ -18,8 +18,9 @@ type EnqueueOpts struct {
 	Queue string
 	// UniqueKey, when set, makes a second enqueue with the same key on the
 	// same queue a no-op that returns the first job (Duplicate true), for as
-	// long as the first job exists: waiting, running, completed (until
-	// pruned after Config.Retention) or dead. At most 255 bytes.
+	// long as the first job exists: waiting, running, completed or
+	// cancelled (until pruned after Config.Retention) or dead. At most 255
+	// bytes.
 	UniqueKey string
 	// RunAt schedules the job for a time by this host's clock. Zero means
 	// now (plus Delay).
