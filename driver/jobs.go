@@ -26,6 +26,8 @@ type JobInsert struct {
 	// returned instead.
 	UniqueKey   string
 	MaxAttempts int
+	// Priority is idemtype.JobPriorityHighest … idemtype.JobPriorityLowest.
+	Priority int
 	// RunAt, when not zero, is when the job becomes claimable (the caller's
 	// clock). Otherwise the job is claimable at the database's now + Delay.
 	RunAt time.Time
@@ -85,6 +87,10 @@ type FinishJobParams struct {
 	Result []byte
 	Error  string
 	Delay  time.Duration
+	// Snooze, with State idemtype.JobAvailable, gives the attempt back: the
+	// job's max_attempts grows by one (the attempt itself is the fencing
+	// token and never goes back).
+	Snooze bool
 }
 
 // JobFilter selects jobs for operators. Zero values match everything.
@@ -118,7 +124,7 @@ type Jobs interface {
 	// notify; workers then poll.
 	ListenJobs(ctx context.Context, ready func(), wake func(queue string)) error
 	// ClaimJobs claims up to Limit available jobs of the queue whose run_at
-	// has come, oldest first: each becomes running with attempt+1, the
+	// has come, by priority (1 first), then run_at, then id: each becomes running with attempt+1, the
 	// batch's lease id and a lease from the database clock. In the same
 	// short transaction it rescues expired running jobs of the queue (see
 	// ClaimJobsParams.RescueLimit); a rescued job is claimable from the next
@@ -145,11 +151,19 @@ type Jobs interface {
 	// attempts beyond the ones it used. ErrNotFound if there is no such job;
 	// ErrConflict if it is not dead.
 	RequeueJob(ctx context.Context, id int64, attempts int) (idemtype.JobRow, error)
+	// CancelJob makes an available or running job cancelled (final, with
+	// finalized_at set) in one statement, and returns it. A running job's
+	// claim ends with it: every fenced write of its holder (heartbeat,
+	// completion) then returns ErrFenced. A job already cancelled is
+	// returned as it is, with an empty from. ErrNotFound if there is no
+	// such job; ErrConflict if it is completed or dead. from is the state
+	// the job was cancelled in: available or running.
+	CancelJob(ctx context.Context, id int64) (row idemtype.JobRow, from idemtype.JobState, err error)
 	// DeleteJob deletes a job in one of states. ErrNotFound if there is no
 	// such job; ErrConflict if it is in another state.
 	DeleteJob(ctx context.Context, id int64, states []idemtype.JobState) error
-	// PruneJobs deletes up to limit completed jobs finalized at least
-	// olderThan ago. It never touches available, running or dead jobs.
+	// PruneJobs deletes up to limit completed or cancelled jobs finalized at
+	// least olderThan ago. It never touches available, running or dead jobs.
 	PruneJobs(ctx context.Context, olderThan time.Duration, limit int) (int, error)
 }
 

@@ -13,6 +13,24 @@ const (
 	JobRunning   JobState = "running"   // claimed by a worker under a lease
 	JobCompleted JobState = "completed" // done; kept until pruned
 	JobDead      JobState = "dead"      // dead letter: out of attempts or failed permanently; kept until an operator acts
+	JobCancelled JobState = "cancelled" // cancelled by Cancel: never runs (again); kept until pruned like a completed job
+)
+
+// JobStates lists every state, in the order of a job's life.
+var JobStates = []JobState{JobAvailable, JobRunning, JobCompleted, JobDead, JobCancelled}
+
+// Final reports whether s is a state a job never leaves on its own:
+// completed, dead or cancelled.
+func (s JobState) Final() bool {
+	return s == JobCompleted || s == JobDead || s == JobCancelled
+}
+
+// Job priorities: 1 is the highest and the default, 4 the lowest (as in
+// River). Within a queue, a claim takes due jobs by priority, then RunAt,
+// then ID.
+const (
+	JobPriorityHighest = 1
+	JobPriorityLowest  = 4
 )
 
 // JobRow is a job as stored, with its arguments encoded.
@@ -23,6 +41,8 @@ type JobRow struct {
 	// Args are the encoded arguments: JSON, or jobs.Raw's data as given.
 	Args  []byte
 	State JobState
+	// Priority is 1 (highest, the default) … 4 (lowest).
+	Priority int
 	// Attempt counts claims, including the current one; it is also the
 	// fencing token that every completion checks, and never goes back.
 	Attempt     int
@@ -44,7 +64,7 @@ type JobRow struct {
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
 	AttemptedAt time.Time // zero until first claimed
-	FinalizedAt time.Time // zero unless completed or dead
+	FinalizedAt time.Time // zero unless completed, dead or cancelled
 	// Now is the database clock at the statement that read the row.
 	Now time.Time
 }

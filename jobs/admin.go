@@ -92,11 +92,45 @@ func (c *Client) Discard(ctx context.Context, id int64) error {
 // find no claim (ErrLeaseLost), its context is cancelled, and nothing is
 // recorded. Effects it made outside its CompleteTx transaction stay made.
 func (c *Client) Delete(ctx context.Context, id int64) error {
-	all := []idemtype.JobState{idemtype.JobAvailable, idemtype.JobRunning, idemtype.JobCompleted, idemtype.JobDead}
-	if err := c.drv.DeleteJob(ctx, id, all); err != nil {
+	if err := c.drv.DeleteJob(ctx, id, idemtype.JobStates); err != nil {
 		return c.adminErr("delete", id, err)
 	}
 	return nil
+}
+
+// Cancel makes a job cancelled, a final state: it will never run, or run
+// again. It returns the job as cancelled.
+//
+//   - An available job (due, scheduled, or waiting for a retry) is never
+//     claimed.
+//   - A running job's claim ends at once: from the moment Cancel returns,
+//     its completion (CompleteTx, or Work returning nil) and every other
+//     write of its worker are refused, so nothing the worker commits
+//     through CompleteTx's transaction takes effect, and the job is never
+//     retried. The worker's next heartbeat (within Config.Lease/3) cancels
+//     its context with cause ErrCancelled. What the handler already did
+//     outside that transaction (an HTTP call) stays done: Cancel cannot
+//     take it back.
+//   - Cancel and a completion race to one fenced write: exactly one wins.
+//     If the completion committed first, Cancel returns ErrWrongState and
+//     the job stays completed.
+//   - A completed or dead job is refused with ErrWrongState; a job
+//     already cancelled is returned as it is.
+//
+// A cancelled job keeps its unique key until it is pruned, after
+// Config.Retention like a completed job; Delete removes it sooner.
+func (c *Client) Cancel(ctx context.Context, id int64) (*idemtype.JobRow, error) {
+	r, from, err := c.drv.CancelJob(ctx, id)
+	if err != nil {
+		if errors.Is(err, driver.ErrConflict) {
+			return nil, fmt.Errorf("jobs: cancel job %d: %w (it is %s; only available and running jobs can be cancelled)", id, ErrWrongState, r.State)
+		}
+		return nil, c.adminErr("cancel", id, err)
+	}
+	if from != "" {
+		c.cfg.Metrics.JobTransition(r.Queue, string(from), TransitionCancelled)
+	}
+	return &r, nil
 }
 
 func (c *Client) adminErr(op string, id int64, err error) error {

@@ -82,7 +82,7 @@ type Config struct {
 	// JobTimeout, when positive, cancels a job's context after that long
 	// (the attempt then fails and is retried). Default none.
 	JobTimeout time.Duration
-	// Retention is how long completed jobs are kept, and so how long their
+	// Retention is how long completed and cancelled jobs are kept, and so how long their
 	// unique keys keep refusing duplicates, before the client prunes them.
 	// Default 24h; -1 keeps them forever. Dead jobs are never pruned.
 	Retention time.Duration

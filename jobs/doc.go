@@ -2,7 +2,10 @@
 // PostgreSQL): enqueue with an optional unique key, claim in batches under
 // a lease with a fencing token, heartbeat while working, complete in the
 // handler's own transaction, retry with backoff, dead-letter when out of
-// attempts. Nothing is ever dropped.
+// attempts. Nothing is ever dropped. Jobs have a priority within their
+// queue (EnqueueOpts.Priority, 1 highest … 4); a handler can put its job
+// back without spending an attempt (Snooze); Client.Cancel stops a job
+// from running or from completing.
 //
 //	ws := jobs.NewWorkers()
 //	jobs.AddWorker(ws, jobs.WorkFunc(func(ctx context.Context, j *jobs.Job[SendEmail]) error {

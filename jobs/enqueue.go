@@ -18,8 +18,9 @@ type EnqueueOpts struct {
 	Queue string
 	// UniqueKey, when set, makes a second enqueue with the same key on the
 	// same queue a no-op that returns the first job (Duplicate true), for as
-	// long as the first job exists: waiting, running, completed (until
-	// pruned after Config.Retention) or dead. At most 255 bytes.
+	// long as the first job exists: waiting, running, completed or
+	// cancelled (until pruned after Config.Retention) or dead. At most 255
+	// bytes.
 	UniqueKey string
 	// RunAt schedules the job for a time by this host's clock. Zero means
 	// now (plus Delay).
@@ -29,6 +30,11 @@ type EnqueueOpts struct {
 	Delay time.Duration
 	// MaxAttempts overrides Config.MaxAttempts for this job.
 	MaxAttempts int
+	// Priority orders the job within its queue: 1 is the highest, 4 the
+	// lowest (River's scale). Zero means 1. A claim takes the due jobs of
+	// the highest priority first, then the oldest RunAt, then the lowest
+	// ID; a low-priority job waits as long as higher ones keep coming.
+	Priority int
 }
 
 // EnqueueParams is one job of a batch.
@@ -179,6 +185,8 @@ func (c *Client) prepare(p EnqueueParams) (driver.JobInsert, error) {
 		return driver.JobInsert{}, inputErr("delay", "set together with RunAt; set one")
 	case o.MaxAttempts < 0 || o.MaxAttempts > MaxAttemptLimit:
 		return driver.JobInsert{}, inputErr("max attempts", "%d is outside [1, %d]", o.MaxAttempts, MaxAttemptLimit)
+	case o.Priority < 0 || o.Priority > idemtype.JobPriorityLowest:
+		return driver.JobInsert{}, inputErr("priority", "%d is outside [%d, %d] (1 is the highest)", o.Priority, idemtype.JobPriorityHighest, idemtype.JobPriorityLowest)
 	}
 	b, err := encodeArgs(p.Args)
 	if err != nil {
@@ -190,5 +198,6 @@ func (c *Client) prepare(p EnqueueParams) (driver.JobInsert, error) {
 	return driver.JobInsert{
 		Queue: o.Queue, Kind: kind, Args: b, UniqueKey: o.UniqueKey,
 		MaxAttempts: cmp.Or(o.MaxAttempts, c.cfg.MaxAttempts), RunAt: o.RunAt, Delay: o.Delay,
+		Priority: cmp.Or(o.Priority, idemtype.JobPriorityHighest),
 	}, nil
 }

@@ -28,6 +28,10 @@ var (
 	ErrWrongState = errors.New("jobs: job is in the wrong state for this")
 	// ErrStopped means the client is stopping or stopped.
 	ErrStopped = errors.New("jobs: client stopped")
+	// ErrCancelled is the cause of a running job's context once Cancel
+	// cancelled the job (its heartbeat finds out, within Lease/3). The
+	// job's completion is refused from the moment Cancel returned.
+	ErrCancelled = errors.New("jobs: job cancelled")
 )
 
 // queueError is an unknown queue: it matches ErrUnknownQueue and
@@ -52,6 +56,20 @@ func inputErr(field, format string, args ...any) error {
 // Permanent wraps err so that the job is dead-lettered at once instead of
 // retried: for failures no retry can cure (bad arguments, a 4xx answer).
 func Permanent(err error) error { return idem.Permanent(err) }
+
+// snooze is the error Snooze returns.
+type snooze struct{ after time.Duration }
+
+func (s *snooze) Error() string { return fmt.Sprintf("jobs: snoozed for %v", s.after) }
+
+// Snooze, returned by Work, puts the job back to run after d (0: at once)
+// without spending an attempt: the job's MaxAttempts grows by one, since
+// its Attempt, the fencing token, never goes back. No error is recorded.
+// Like every write a holder makes, the snooze is fenced: a worker that
+// lost its lease snoozes nothing, and the job stays with whoever holds it.
+// A job may snooze any number of times; the backoff of a later failure is
+// still counted from its Attempt.
+func Snooze(d time.Duration) error { return &snooze{after: max(d, 0)} }
 
 // retryAfter is an error that overrides the backoff.
 type retryAfter struct {

@@ -43,6 +43,7 @@ func (ex *execution) execute() {
 	}
 	bg, done := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer done()
+	var sz *snooze
 	switch {
 	case err == nil:
 		crashpoint.Hit(crashpoint.JobAfterCommit)
@@ -51,8 +52,15 @@ func (ex *execution) execute() {
 			return
 		}
 		ex.finish(bg, driver.FinishJobParams{State: idemtype.JobCompleted, Result: ex.resultBytes()}, "completed")
+	case errors.As(err, &sz):
+		ex.finish(bg, driver.FinishJobParams{State: idemtype.JobAvailable, Delay: sz.after, Snooze: true}, "snoozed",
+			slog.Duration("snooze", sz.after))
 	case errors.Is(cause, ErrStopped):
 		ex.release(bg)
+	case errors.Is(cause, ErrCancelled):
+		// The claim ended with the cancel: any write would be refused.
+		ex.observe("", RunCancelled)
+		ex.log(bg, slog.LevelInfo, "job cancelled while it ran", slog.String("error", err.Error()))
 	default:
 		if errors.Is(cause, ErrLeaseLost) {
 			ex.log(bg, slog.LevelWarn, "job ended after its lease was lost", slog.String("error", err.Error()))
@@ -113,6 +121,9 @@ func (ex *execution) finish(ctx context.Context, p driver.FinishJobParams, what 
 	p.JobFence = ex.fence
 	err := ex.c.finisher.finish(ctx, p)
 	switch {
+	case errors.Is(err, driver.ErrFenced) && ex.cancelled(ctx):
+		ex.observe("", RunCancelled)
+		ex.log(ctx, slog.LevelInfo, "job cancelled before it could be "+what, attrs...)
 	case errors.Is(err, driver.ErrFenced):
 		ex.observe("", RunLeaseLost)
 		ex.log(ctx, slog.LevelWarn, "lease lost before the job could be "+what+"; another worker owns it", attrs...)
@@ -165,6 +176,8 @@ func finishEnds(p driver.FinishJobParams) (to, outcome string) {
 		return TransitionCompleted, RunSucceeded
 	case p.State == idemtype.JobDead:
 		return TransitionDead, RunDead
+	case p.Snooze:
+		return TransitionSnoozed, RunSnoozed
 	case p.Error == "":
 		return TransitionReleased, RunReleased
 	}

@@ -41,7 +41,9 @@ func (j *Job[T]) SetResult(b []byte) {
 // effect and the completion commit together or not at all. It checks the
 // job's fencing token inside tx: if this worker's lease was lost (it paused
 // or was slow, and another worker re-claimed the job) it writes nothing and
-// returns ErrLeaseLost, and the handler must roll tx back. On PostgreSQL the
+// returns ErrLeaseLost, and the handler must roll tx back. If the job was
+// cancelled (Client.Cancel) the error matches both ErrCancelled and
+// ErrLeaseLost. On PostgreSQL the
 // job's row stays locked until tx ends, so nobody can take the job between
 // this call and the commit.
 //
@@ -54,6 +56,10 @@ func (j *Job[T]) CompleteTx(ctx context.Context, tx idem.Tx) error {
 		return err
 	}
 	err = ex.c.drv.FinishJob(ctx, q, driver.FinishJobParams{JobFence: ex.fence, State: idemtype.JobCompleted, Result: ex.resultBytes()})
+	if errors.Is(err, driver.ErrFenced) && ex.cancelled(ctx) {
+		ex.log(ctx, slog.LevelInfo, "completion refused: the job was cancelled")
+		return fmt.Errorf("jobs: complete job %d attempt %d: %w (%w)", ex.rec.ID, ex.fence.Attempt, ErrCancelled, ErrLeaseLost)
+	}
 	if errors.Is(err, driver.ErrFenced) {
 		ex.log(ctx, slog.LevelWarn, "lease lost at CompleteTx; the job belongs to another worker now")
 		return fmt.Errorf("jobs: complete job %d attempt %d: %w", ex.rec.ID, ex.fence.Attempt, ErrLeaseLost)

@@ -3,9 +3,11 @@ package jobs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 
 	"github.com/idemdev/idem/driver"
+	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/internal/keepalive"
 )
 
@@ -13,7 +15,8 @@ import (
 // internal/keepalive). It cancels the job's context with ErrLeaseLost when
 // a heartbeat is fenced out (another worker took the job), or when no
 // heartbeat has succeeded for a whole lease (the database is unreachable,
-// so the lease must be presumed gone).
+// so the lease must be presumed gone); with ErrCancelled when the fenced
+// heartbeat found the job cancelled.
 func (ex *execution) keepAlive(ctx context.Context, cancel context.CancelCauseFunc) (stop func()) {
 	lease := ex.c.cfg.Lease
 	return keepalive.Start(ctx, keepalive.Config{
@@ -23,10 +26,18 @@ func (ex *execution) keepAlive(ctx context.Context, cancel context.CancelCauseFu
 		Granted: ex.claimSent,
 		Heartbeat: func(ctx context.Context) error {
 			_, err := ex.c.drv.HeartbeatJob(ctx, ex.fence, lease)
+			if errors.Is(err, driver.ErrFenced) && ex.cancelled(ctx) {
+				return fmt.Errorf("%w: %w", ErrCancelled, err)
+			}
 			return err
 		},
 		Fenced: func(err error) bool { return errors.Is(err, driver.ErrFenced) },
 		Lost: func(cause error) {
+			if errors.Is(cause, ErrCancelled) {
+				ex.log(ctx, slog.LevelInfo, "job cancelled; cancelling its context")
+				cancel(ErrCancelled)
+				return
+			}
 			ex.log(ctx, slog.LevelWarn, "lease lost; cancelling the job", slog.String("why", cause.Error()))
 			cancel(ErrLeaseLost)
 		},
@@ -34,4 +45,11 @@ func (ex *execution) keepAlive(ctx context.Context, cancel context.CancelCauseFu
 			ex.log(ctx, slog.LevelWarn, "heartbeat failed", slog.String("error", err.Error()))
 		},
 	})
+}
+
+// cancelled reports whether this claim ended because Cancel cancelled the
+// job: asked after a fenced write, to tell a cancel from a takeover.
+func (ex *execution) cancelled(ctx context.Context) bool {
+	r, err := ex.c.drv.GetJob(ctx, ex.rec.ID)
+	return err == nil && r.State == idemtype.JobCancelled && r.Attempt == ex.fence.Attempt && r.LeaseID == ex.fence.LeaseID
 }

@@ -35,6 +35,9 @@ type Metrics interface {
 //	running   → dead        dead-lettered: failed permanently or out of attempts
 //	running   → released    handed back by Stop
 //	running   → rescued     lease expired; counted by the client that claims the job next
+//	running   → snoozed     put back by Snooze, no attempt spent
+//	available → cancelled   cancelled before it ran (Cancel)
+//	running   → cancelled   cancelled while it ran (Cancel)
 //	dead      → available   requeued by an operator (Requeue)
 //
 // A rescue on the job's last attempt dead-letters it inside the claim's
@@ -45,6 +48,8 @@ const (
 	TransitionRunning   = string(idemtype.JobRunning)
 	TransitionCompleted = string(idemtype.JobCompleted)
 	TransitionDead      = string(idemtype.JobDead)
+	TransitionCancelled = string(idemtype.JobCancelled)
+	TransitionSnoozed   = "snoozed"
 	TransitionRetryable = "retryable"
 	TransitionReleased  = "released"
 	TransitionRescued   = "rescued"
@@ -57,6 +62,8 @@ const (
 	RunDead      = "dead"       // failed, dead-lettered
 	RunReleased  = "released"   // cut short by Stop and handed back
 	RunLeaseLost = "lease_lost" // ended after another worker took the job: nothing recorded
+	RunSnoozed   = "snoozed"    // put back by Snooze
+	RunCancelled = "cancelled"  // ended after Cancel: nothing recorded
 	RunError     = "error"      // the write ending the claim failed: the job is rescued after its lease
 )
 

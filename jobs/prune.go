@@ -28,7 +28,7 @@ func (c *Client) pruneLoop(ctx context.Context) {
 	}
 }
 
-// Prune deletes completed jobs older than Config.Retention (nothing if it
+// Prune deletes completed and cancelled jobs older than Config.Retention (nothing if it
 // is -1), in batches, and returns how many. A started client runs it on
 // its own.
 func (c *Client) Prune(ctx context.Context) (int, error) {

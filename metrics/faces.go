@@ -12,13 +12,14 @@ func (c *Collector) GatewayAdded(d time.Duration) { c.gatewayAdded.Observe(d.Sec
 
 // JobTransition counts one job moving from one state to another in queue
 // (e.g. "available" → "running", "running" → "retryable", "running" →
-// "dead"; jobs.Metrics lists them). Queue names are a label: keep them few.
+// "dead", "running" → "snoozed", "available" → "cancelled"; jobs.Metrics
+// lists them). Queue names are a label: keep them few.
 func (c *Collector) JobTransition(queue, from, to string) {
 	c.jobTransitions.WithLabelValues(queue, from, to).Inc()
 }
 
 // JobRun records how long one job's work ran and how it ended
-// ("succeeded", "retry", "dead", "lease_lost").
+// ("succeeded", "retry", "dead", "lease_lost", "snoozed", "cancelled").
 func (c *Collector) JobRun(queue, outcome string, d time.Duration) {
 	c.jobRunSeconds.WithLabelValues(queue, outcome).Observe(d.Seconds())
 }

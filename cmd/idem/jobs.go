@@ -18,18 +18,19 @@ import (
 )
 
 const (
-	jobsUsage        = "idem jobs <list|show|retry|discard> [flags]"
+	jobsUsage        = "idem jobs <list|show|retry|discard|cancel> [flags]"
 	jobsListUsage    = "idem jobs list [--db URL] [--queue Q] [--state STATE] [--kind K] [--after ID] [--limit N] [--json]"
 	jobsShowUsage    = "idem jobs show [--db URL] [--preview N] [--json] ID"
 	jobsRetryUsage   = "idem jobs retry [--db URL] [--attempts N] [--json] ID"
 	jobsDiscardUsage = "idem jobs discard [--db URL] [--force] ID"
+	jobsCancelUsage  = "idem jobs cancel [--db URL] [--json] ID"
 )
 
 func init() {
 	register(command{
 		name:    "jobs",
 		usage:   jobsUsage,
-		summary: "list and show jobs; retry or discard dead ones",
+		summary: "list and show jobs; retry or discard dead ones; cancel waiting or running ones",
 		run:     runJobs,
 	})
 }
@@ -38,13 +39,14 @@ func jobsHelp(w io.Writer) {
 	fmt.Fprintf(w, `Usage: %s
 
 Inspect the job queue (package jobs) in the ledger's database, and act on
-dead letters. list and show write nothing.
+dead letters and on jobs that must not run. list and show write nothing.
 
 Subcommands:
   list      jobs in id order, filtered by queue, state or kind
   show      one job: its arguments, every failed attempt, its result
   retry     make a dead job available now, with more attempts
   discard   delete a dead job (--force: a job in any state)
+  cancel    cancel an available or running job: it never runs, or completes
 
 Run 'idem jobs <subcommand> --help' for its flags.
 %s`, jobsUsage, exitCodes)
@@ -56,10 +58,11 @@ func runJobs(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		{[]string{"show", "get"}, runJobsShow},
 		{[]string{"retry", "requeue"}, runJobsRetry},
 		{[]string{"discard", "rm"}, runJobsDiscard},
+		{[]string{"cancel"}, runJobsCancel},
 	}, args, stdout, stderr)
 }
 
-var jobStates = []idemtype.JobState{idemtype.JobAvailable, idemtype.JobRunning, idemtype.JobCompleted, idemtype.JobDead}
+var jobStates = idemtype.JobStates
 
 // parseJobState checks a --state value; empty means every state.
 func parseJobState(s string) (idemtype.JobState, bool) {
@@ -92,7 +95,7 @@ type jobPage struct {
 // listed things ("jobs"), cursor the --after placeholder.
 func addJobPage(fs *flag.FlagSet, what, cursor string) *jobPage {
 	p := &jobPage{}
-	fs.StringVar(&p.state, "state", "", "only "+what+" in `STATE`: available, running, completed or dead")
+	fs.StringVar(&p.state, "state", "", "only "+what+" in `STATE`: "+jobStatesText())
 	fs.Int64Var(&p.after, "after", 0, "only "+what+" whose job id is above `"+cursor+"` (the next page)")
 	fs.IntVar(&p.limit, "limit", 100, "at most `N` "+what+" (1…100000)")
 	return p
@@ -359,6 +362,71 @@ outside its CompleteTx transaction stay made).
 	return 0
 }
 
+func runJobsCancel(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("jobs cancel", jobsCancelUsage, stderr)
+	setUsage(fs, jobsCancelUsage, `
+Cancels a job. An available job (due, scheduled or waiting for a retry)
+never runs. A running job's completion is refused from now on, so what its
+handler commits with CompleteTx rolls back, and it is never retried; its
+worker's context is cancelled at its next heartbeat. What the handler
+already did outside that transaction (a call to another service) stays
+done. A job that completed or died first is refused (exit 1); a job
+already cancelled is left as it is. Cancelled jobs keep their unique key
+until pruned with completed ones.
+
+  idem jobs cancel 42
+  idem jobs list --state cancelled`)
+	db := fs.String("db", "", dbFlagHelp)
+	asJSON := fs.Bool("json", false, "print the cancelled job as JSON")
+	pos, code, done := parseArgs(fs, args, stdout)
+	if done {
+		return code
+	}
+	id, err := parseJobID(pos)
+	if err != nil {
+		return usageError(fs, stderr, "%v", err)
+	}
+	l, c, err := openJobs(ctx, *db, nil)
+	if err != nil {
+		return openFailed(stderr, "jobs cancel", err)
+	}
+	defer l.Close()
+	before, err := c.Get(ctx, id)
+	var r *idemtype.JobRow
+	if err == nil {
+		r, err = c.Cancel(ctx, id)
+	}
+	switch {
+	case errors.Is(err, jobs.ErrNotFound):
+		fmt.Fprintf(stderr, "idem jobs cancel: no job %d\n", id)
+		return 1
+	case errors.Is(err, jobs.ErrWrongState):
+		state := "finished"
+		if r, gerr := c.Get(ctx, id); gerr == nil {
+			state = string(r.State)
+		}
+		fmt.Fprintf(stderr, "idem jobs cancel: refused: job %d is %s; only available and running jobs are cancelled\n", id, state)
+		return 1
+	case err != nil:
+		fmt.Fprintln(stderr, "idem jobs cancel:", jobsErr(err))
+		return 1
+	}
+	if *asJSON {
+		err = writeJSON(stdout, toJobJSON(r, false, 0))
+	} else {
+		was := "was " + string(before.State)
+		if before.State == idemtype.JobCancelled {
+			was = "already cancelled"
+		}
+		_, err = fmt.Fprintf(stdout, "cancelled job %d (queue %s, kind %s, %s)\n", r.ID, r.Queue, printable(r.Kind), was)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "idem jobs cancel:", err)
+		return 1
+	}
+	return 0
+}
+
 // jobActionErr reports a failed retry or discard and returns its exit code.
 func jobActionErr(ctx context.Context, c *jobs.Client, verb, done string, id int64, err error, stderr io.Writer) int {
 	switch {
@@ -407,6 +475,8 @@ func jobNote(r *idemtype.JobRow, now time.Time, n int) string {
 		}
 	case idemtype.JobCompleted:
 		s = "completed " + past(r.FinalizedAt, now)
+	case idemtype.JobCancelled:
+		s = "cancelled " + past(r.FinalizedAt, now)
 	case idemtype.JobDead:
 		s = "died " + past(r.FinalizedAt, now)
 		if len(r.Errors) > 0 {
@@ -426,6 +496,7 @@ type jobJSON struct {
 	Queue       string            `json:"queue"`
 	Kind        string            `json:"kind"`
 	State       idemtype.JobState `json:"state"`
+	Priority    int               `json:"priority"`
 	Attempt     int               `json:"attempt"`
 	MaxAttempts int               `json:"max_attempts"`
 	UniqueKey   string            `json:"unique_key,omitempty"`
@@ -465,7 +536,7 @@ func toBlobJSON(b []byte, n int) *blobJSON {
 // previewBytes of its arguments and result.
 func toJobJSON(r *idemtype.JobRow, full bool, previewBytes int) jobJSON {
 	out := jobJSON{
-		ID: r.ID, Queue: r.Queue, Kind: r.Kind, State: r.State, Attempt: r.Attempt, MaxAttempts: r.MaxAttempts,
+		ID: r.ID, Queue: r.Queue, Kind: r.Kind, State: r.State, Priority: r.Priority, Attempt: r.Attempt, MaxAttempts: r.MaxAttempts,
 		UniqueKey: r.UniqueKey, Worker: r.ClaimedBy, RunAt: jsonTime(r.RunAt), LeaseUntil: jsonTime(r.LeaseUntil),
 		CreatedAt: jsonTime(r.CreatedAt), AttemptedAt: jsonTime(r.AttemptedAt), FinalizedAt: jsonTime(r.FinalizedAt),
 	}
@@ -492,6 +563,7 @@ func printJob(w io.Writer, r *idemtype.JobRow, previewBytes int) error {
 	t.row("queue:", r.Queue)
 	t.row("kind:", printable(r.Kind))
 	t.row("state:", string(r.State)+" — "+jobNote(r, now, 200))
+	t.row("priority:", strconv.Itoa(r.Priority)+" (1 is the highest)")
 	t.row("attempt:", fmt.Sprintf("%d of %d", r.Attempt, r.MaxAttempts))
 	if r.UniqueKey != "" {
 		t.row("unique key:", printable(r.UniqueKey))

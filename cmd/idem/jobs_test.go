@@ -74,7 +74,7 @@ func jobsSeed(t *testing.T) jobsSeeded {
 func TestJobsAndOutboxAloneListSubcommands(t *testing.T) {
 	t.Parallel()
 	r := opRun(t, "", "jobs").must(t, 2) // like idem alone: help on stderr
-	for _, sub := range []string{"list", "show", "retry", "discard"} {
+	for _, sub := range []string{"list", "show", "retry", "discard", "cancel"} {
 		if !strings.Contains(r.stderr, sub) {
 			t.Errorf("idem jobs lacks %q:\n%s", sub, r.stderr)
 		}
@@ -90,7 +90,7 @@ func TestJobsAndOutboxAloneListSubcommands(t *testing.T) {
 		}
 	}
 	for _, args := range [][]string{
-		{"jobs", "list", "--help"}, {"jobs", "show", "--help"}, {"jobs", "retry", "--help"}, {"jobs", "discard", "--help"},
+		{"jobs", "list", "--help"}, {"jobs", "show", "--help"}, {"jobs", "retry", "--help"}, {"jobs", "discard", "--help"}, {"jobs", "cancel", "--help"},
 		{"outbox", "list", "--help"}, {"outbox", "redeliver", "--help"}, {"help", "outbox"},
 	} {
 		r := opRun(t, "", args...).must(t, 0)
@@ -270,4 +270,37 @@ func TestServeAdminShowsDeadJobs(t *testing.T) {
 	if strings.Contains(body, "jobs-off") || strings.Contains(body, "welcome-2") {
 		t.Error("the jobs section should list the dead job alone")
 	}
+}
+
+func TestJobsCancel(t *testing.T) {
+	t.Parallel()
+	s := jobsSeed(t)
+	avail, running := strconv.FormatInt(s.avail, 10), strconv.FormatInt(s.running, 10)
+	r := opRun(t, "", "jobs", "cancel", "--db", s.url, avail).must(t, 0)
+	if !strings.Contains(r.stdout, "cancelled job "+avail) || !strings.Contains(r.stdout, "was available") {
+		t.Errorf("cancel available: %s", r.stdout)
+	}
+	r = opRun(t, "", "jobs", "cancel", "--db", s.url, avail).must(t, 0)
+	if !strings.Contains(r.stdout, "already cancelled") {
+		t.Errorf("cancel twice: %s", r.stdout)
+	}
+	var j jobJSON
+	json.Unmarshal([]byte(opRun(t, "", "jobs", "cancel", "--json", "--db", s.url, running).must(t, 0).stdout), &j)
+	if j.State != idemtype.JobCancelled || j.FinalizedAt == nil || j.Priority != 1 {
+		t.Errorf("cancel running --json: %+v", j)
+	}
+	r = opRun(t, "", "jobs", "list", "--db", s.url, "--state", "cancelled").must(t, 0)
+	if !strings.Contains(r.stdout, "cancelled just now") || strings.Count(r.stdout, "\n") != 3 {
+		t.Errorf("list --state cancelled:\n%s", r.stdout)
+	}
+	r = opRun(t, "", "jobs", "cancel", "--db", s.url, strconv.FormatInt(s.completed, 10)).must(t, 1)
+	if !strings.Contains(r.stderr, "is completed; only available and running jobs are cancelled") {
+		t.Errorf("cancel completed: %q", r.stderr)
+	}
+	r = opRun(t, "", "jobs", "cancel", "--db", s.url, "999").must(t, 1)
+	if !strings.Contains(r.stderr, "no job 999") {
+		t.Errorf("unknown id: %q", r.stderr)
+	}
+	opRun(t, "", "jobs", "cancel", "--db", s.url).must(t, 2)
+	opRun(t, "", "jobs", "list", "--db", s.url, "--state", "snoozed").must(t, 2)
 }

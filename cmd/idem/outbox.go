@@ -228,6 +228,8 @@ func deliveryNote(d outbox.Delivery, now time.Time, n int) string {
 		if d.Outcome != nil {
 			s += ": HTTP " + strconv.Itoa(d.Outcome.Status)
 		}
+	case idemtype.JobCancelled:
+		s = "cancelled (idem jobs cancel): never sent, or sent with its outcome not recorded"
 	case idemtype.JobDead:
 		s = "dead " + past(d.DeadAt, now)
 		if d.LastError != "" {

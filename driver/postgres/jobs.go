@@ -19,7 +19,7 @@ import (
 // jobChannel is the LISTEN/NOTIFY channel; the payload is a queue name.
 const jobChannel = "idem_jobs"
 
-var jobColNames = []string{"id", "queue", "kind", "args", "state", "attempt", "max_attempts", "lease_id", "lease_until",
+var jobColNames = []string{"id", "queue", "kind", "args", "state", "priority", "attempt", "max_attempts", "lease_id", "lease_until",
 	"worker", "run_at", "unique_key", "errors", "result", "created_at", "updated_at", "attempted_at", "finalized_at"}
 
 // jobCols lists the job columns, each prefixed with p (e.g. "j.").
@@ -49,7 +49,7 @@ func scanJob(s scanner) (idemtype.JobRow, error) {
 		key                                  sql.NullString
 		leaseUntil, attemptedAt, finalizedAt sql.NullTime
 	)
-	err := s.Scan(&j.ID, &j.Queue, &j.Kind, &j.Args, &state, &j.Attempt, &j.MaxAttempts, &j.LeaseID, &leaseUntil,
+	err := s.Scan(&j.ID, &j.Queue, &j.Kind, &j.Args, &state, &j.Priority, &j.Attempt, &j.MaxAttempts, &j.LeaseID, &leaseUntil,
 		&j.ClaimedBy, &j.RunAt, &key, &errs, &j.Result, &j.CreatedAt, &j.UpdatedAt, &attemptedAt, &finalizedAt, &j.Now)
 	if err != nil {
 		return j, err
@@ -109,7 +109,7 @@ func (d *Driver) enqueue(ctx context.Context, q driver.Executor, jobs []driver.J
 	var (
 		queues, kinds, keys []string
 		args                [][]byte
-		attempts            []int32
+		attempts, prios     []int32
 		runAtUS, delays     []int64
 	)
 	for _, j := range jobs {
@@ -123,24 +123,25 @@ func (d *Driver) enqueue(ctx context.Context, q driver.Executor, jobs []driver.J
 		}
 		queues, kinds, keys, args = append(queues, j.Queue), append(kinds, j.Kind), append(keys, j.UniqueKey), append(args, a)
 		attempts, runAtUS, delays = append(attempts, int32(j.MaxAttempts)), append(runAtUS, us), append(delays, j.Delay.Milliseconds())
+		prios = append(prios, int32(j.Priority))
 	}
 	// Rows are inserted in input order (ORDER BY v.ord), so their ids grow
 	// in input order: the inserted rows, by id, are the non-duplicates in
 	// order. Each match is checked all the same.
 	rows, err := q.Query(ctx, jobClock+`, v AS (
-	SELECT * FROM unnest($2::text[], $3::text[], $4::bytea[], $5::int[], $6::bigint[], $7::bigint[], $8::text[])
-		WITH ORDINALITY AS v(queue, kind, args, max_attempts, run_at_us, delay_ms, unique_key, ord)),
+	SELECT * FROM unnest($2::text[], $3::text[], $4::bytea[], $5::int[], $6::bigint[], $7::bigint[], $8::text[], $9::smallint[])
+		WITH ORDINALITY AS v(queue, kind, args, max_attempts, run_at_us, delay_ms, unique_key, priority, ord)),
 ins AS (
-	INSERT INTO idem_jobs (queue, kind, args, state, max_attempts, run_at, unique_key, created_at, updated_at)
+	INSERT INTO idem_jobs (queue, kind, args, state, max_attempts, run_at, unique_key, created_at, updated_at, priority)
 	SELECT v.queue, v.kind, v.args, 'available', v.max_attempts,
 		CASE WHEN v.run_at_us = 0 THEN c.now + v.delay_ms`+msInterval+`
 			ELSE timestamptz 'epoch' + v.run_at_us * interval '1 microsecond' END,
-		nullif(v.unique_key, ''), c.now, c.now
+		nullif(v.unique_key, ''), c.now, c.now, v.priority
 	FROM v, c ORDER BY v.ord
 	ON CONFLICT (queue, unique_key) DO NOTHING
 	RETURNING *)
 SELECT `+jobCols("ins.")+`, c.now FROM ins, c ORDER BY ins.id`,
-		d.clock(), queues, kinds, args, attempts, runAtUS, delays, keys)
+		d.clock(), queues, kinds, args, attempts, runAtUS, delays, keys, prios)
 	if err != nil {
 		return nil, nil, fmt.Errorf("postgres: enqueue: %w", err)
 	}
@@ -202,12 +203,12 @@ func (d *Driver) enqueueOne(ctx context.Context, q driver.Executor, j driver.Job
 		err := d.gc.Write(ctx, q, &groupcommit.Write{
 			Key: j.Queue + "\x00" + j.UniqueKey,
 			Query: jobClock + `, ins AS (
-	INSERT INTO idem_jobs (queue, kind, args, state, max_attempts, run_at, unique_key, created_at, updated_at)
-	SELECT $2, $3, $4, 'available', $5, coalesce($6::timestamptz, c.now + $7` + msInterval + `), $8::text, c.now, c.now FROM c
+	INSERT INTO idem_jobs (queue, kind, args, state, max_attempts, run_at, unique_key, created_at, updated_at, priority)
+	SELECT $2, $3, $4, 'available', $5, coalesce($6::timestamptz, c.now + $7` + msInterval + `), $8::text, c.now, c.now, $9 FROM c
 	ON CONFLICT (queue, unique_key) DO NOTHING
 	RETURNING *)
 SELECT ` + jobCols("ins.") + `, c.now FROM ins, c`,
-			Args: []any{d.clock(), j.Queue, j.Kind, args, j.MaxAttempts, runAt, j.Delay.Milliseconds(), driver.NullIfEmpty(j.UniqueKey)},
+			Args: []any{d.clock(), j.Queue, j.Kind, args, j.MaxAttempts, runAt, j.Delay.Milliseconds(), driver.NullIfEmpty(j.UniqueKey), int16(j.Priority)},
 			Row: func(r groupcommit.Scanner) error {
 				var err error
 				row, err = scanJob(r)
@@ -287,13 +288,13 @@ rescued AS (
 	RETURNING j.id),
 due AS MATERIALIZED (
 	SELECT id FROM idem_jobs, c WHERE state = 'available' AND queue = $2 AND run_at <= c.now
-	ORDER BY run_at, id LIMIT $4 FOR UPDATE OF idem_jobs SKIP LOCKED),
+	ORDER BY priority, run_at, id LIMIT $4 FOR UPDATE OF idem_jobs SKIP LOCKED),
 claimed AS (
 	UPDATE idem_jobs j SET state = 'running', attempt = j.attempt + 1, lease_id = $5,
 		lease_until = c.now + $6`+msInterval+`, worker = $7, attempted_at = c.now, updated_at = c.now
 	FROM c, due WHERE j.id = due.id
 	RETURNING j.*)
-SELECT `+jobCols("claimed.")+`, c.now FROM claimed, c ORDER BY claimed.run_at, claimed.id`,
+SELECT `+jobCols("claimed.")+`, c.now FROM claimed, c ORDER BY claimed.priority, claimed.run_at, claimed.id`,
 		d.clock(), p.Queue, p.RescueLimit, p.Limit, p.LeaseID, p.Lease.Milliseconds(), p.Worker)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: claim jobs: %w", err)
@@ -323,20 +324,21 @@ func (d *Driver) HeartbeatJob(ctx context.Context, f driver.JobFence, lease time
 }
 
 // jobFinishSet is the SET clause that ends a claim, for a row v of (state,
-// delay_ms, result, error).
+// delay_ms, result, error, snooze).
 var jobFinishSet = `state = v.state, lease_until = NULL, updated_at = c.now,
 	run_at = CASE WHEN v.state = 'available' THEN c.now + v.delay_ms` + msInterval + ` ELSE j.run_at END,
 	finalized_at = CASE WHEN v.state IN ('completed', 'dead') THEN c.now END,
 	result = CASE WHEN v.state = 'completed' THEN v.result ELSE j.result END,
+	max_attempts = j.max_attempts + CASE WHEN v.snooze THEN 1 ELSE 0 END,
 	errors = CASE WHEN v.error = '' THEN j.errors ELSE ` + appendError(`v.error`) + ` END`
 
 // FinishJob ends a held claim, in the caller's transaction when q is not
 // nil; there the row stays locked until that transaction ends, so nobody
 // can take the job between the fenced write and the commit.
 func (d *Driver) FinishJob(ctx context.Context, q driver.Executor, p driver.FinishJobParams) error {
-	n, err := d.own(q).Exec(ctx, jobClock+`, v AS (SELECT $5::text AS state, $6::bigint AS delay_ms, $7::bytea AS result, $8::text AS error)
+	n, err := d.own(q).Exec(ctx, jobClock+`, v AS (SELECT $5::text AS state, $6::bigint AS delay_ms, $7::bytea AS result, $8::text AS error, $9::bool AS snooze)
 	UPDATE idem_jobs j SET `+jobFinishSet+` FROM c, v WHERE `+jobFenced,
-		d.clock(), p.ID, p.Attempt, p.LeaseID, string(p.State), p.Delay.Milliseconds(), p.Result, p.Error)
+		d.clock(), p.ID, p.Attempt, p.LeaseID, string(p.State), p.Delay.Milliseconds(), p.Result, p.Error, p.Snooze)
 	if err != nil {
 		return fmt.Errorf("postgres: finish job: %w", err)
 	}
@@ -354,17 +356,18 @@ func (d *Driver) FinishJobs(ctx context.Context, ps []driver.FinishJobParams) ([
 		attempts            []int32
 		states, errs        []string
 		results             [][]byte
+		snoozes             []bool
 	)
 	for _, p := range ps {
 		ids, attempts, leases = append(ids, p.ID), append(attempts, int32(p.Attempt)), append(leases, p.LeaseID)
 		states, delays = append(states, string(p.State)), append(delays, p.Delay.Milliseconds())
-		results, errs = append(results, p.Result), append(errs, p.Error)
+		results, errs, snoozes = append(results, p.Result), append(errs, p.Error), append(snoozes, p.Snooze)
 	}
-	rows, err := d.ex.Query(ctx, jobClock+`, v AS (SELECT * FROM unnest($2::bigint[], $3::int[], $4::bigint[], $5::text[], $6::bigint[], $7::bytea[], $8::text[])
-		AS v(id, attempt, lease_id, state, delay_ms, result, error))
+	rows, err := d.ex.Query(ctx, jobClock+`, v AS (SELECT * FROM unnest($2::bigint[], $3::int[], $4::bigint[], $5::text[], $6::bigint[], $7::bytea[], $8::text[], $9::bool[])
+		AS v(id, attempt, lease_id, state, delay_ms, result, error, snooze))
 	UPDATE idem_jobs j SET `+jobFinishSet+` FROM c, v
 	WHERE j.id = v.id AND j.attempt = v.attempt AND j.lease_id = v.lease_id AND j.state = 'running' AND j.lease_until > c.now
-	RETURNING j.id`, d.clock(), ids, attempts, leases, states, delays, results, errs)
+	RETURNING j.id`, d.clock(), ids, attempts, leases, states, delays, results, errs, snoozes)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: finish jobs: %w", err)
 	}
@@ -464,6 +467,40 @@ func (d *Driver) RequeueJob(ctx context.Context, id int64, attempts int) (idemty
 	return j, nil
 }
 
+// CancelJob makes an available or running job cancelled in one statement.
+// A holder's CompleteTx keeps the row locked until its transaction ends;
+// the FOR UPDATE waits for it and re-checks its predicate on the row as
+// committed, so a job completed meanwhile is not cancelled.
+func (d *Driver) CancelJob(ctx context.Context, id int64) (idemtype.JobRow, idemtype.JobState, error) {
+	var from string
+	j, err := scanJob(&withTail{row: d.ex.QueryRow(ctx, jobClock+`, old AS MATERIALIZED (
+	SELECT id, state FROM idem_jobs WHERE id = $2 AND state IN ('available', 'running') FOR UPDATE)
+UPDATE idem_jobs j SET state = 'cancelled', lease_until = NULL, finalized_at = c.now, updated_at = c.now
+	FROM c, old WHERE j.id = old.id RETURNING `+jobCols("j.")+`, c.now, old.state`, d.clock(), id), tail: &from})
+	if errors.Is(err, sql.ErrNoRows) {
+		j, err = d.GetJob(ctx, id)
+		switch {
+		case err != nil:
+			return j, "", err
+		case j.State == idemtype.JobCancelled:
+			return j, "", nil
+		}
+		return j, "", driver.ErrConflict
+	}
+	if err != nil {
+		return j, "", fmt.Errorf("postgres: cancel job: %w", err)
+	}
+	return j, idemtype.JobState(from), nil
+}
+
+// withTail scans one more column after the ones scanJob reads.
+type withTail struct {
+	row  driver.Row
+	tail any
+}
+
+func (w *withTail) Scan(dest ...any) error { return w.row.Scan(append(dest, w.tail)...) }
+
 // DeleteJob deletes a job that is in one of states.
 func (d *Driver) DeleteJob(ctx context.Context, id int64, states []idemtype.JobState) error {
 	names := make([]string, len(states))
@@ -492,11 +529,11 @@ func (d *Driver) missingOrConflict(ctx context.Context, id int64) error {
 	return driver.ErrConflict
 }
 
-// PruneJobs deletes completed jobs finalized at least olderThan ago,
+// PruneJobs deletes completed and cancelled jobs finalized at least olderThan ago,
 // skipping rows another transaction has locked.
 func (d *Driver) PruneJobs(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
 	n, err := d.ex.Exec(ctx, jobClock+`DELETE FROM idem_jobs j USING c WHERE j.id IN (SELECT id FROM idem_jobs, c
-	WHERE state = 'completed' AND finalized_at <= c.now - $2`+msInterval+` LIMIT $3 FOR UPDATE OF idem_jobs SKIP LOCKED)`,
+	WHERE state IN ('completed', 'cancelled') AND finalized_at <= c.now - $2`+msInterval+` LIMIT $3 FOR UPDATE OF idem_jobs SKIP LOCKED)`,
 		d.clock(), olderThan.Milliseconds(), limit)
 	if err != nil {
 		return 0, fmt.Errorf("postgres: prune jobs: %w", err)

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,5 +97,42 @@ func TestPostgresListenNotify(t *testing.T) {
 	cancel()
 	if err := <-ended; err == nil {
 		t.Fatal("listen ended without an error")
+	}
+}
+
+// The claim's candidate scan walks idem_jobs_fetch_priority in its order
+// (priority, run_at, id): no sort, no sequential scan, however many jobs
+// wait. The query is the due CTE of ClaimJobs.
+func TestPostgresClaimIsAnIndexScan(t *testing.T) {
+	d := openPrivate(t)
+	ctx := context.Background()
+	if _, err := d.Pool().Exec(ctx, `INSERT INTO idem_jobs (queue, kind, args, state, max_attempts, run_at, created_at, updated_at, priority)
+	SELECT CASE WHEN i % 10 = 0 THEN 'q' ELSE 'other' END, 'k', '\x7b7d', CASE WHEN i % 3 = 0 THEN 'completed' ELSE 'available' END,
+		5, now() - i * interval '1 ms', now(), now(), 1 + i % 4
+	FROM generate_series(1, 20000) AS i`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Pool().Exec(ctx, `ANALYZE idem_jobs`); err != nil {
+		t.Fatal(err)
+	}
+	var plan []string
+	rows, err := d.Pool().Query(ctx, `EXPLAIN SELECT id FROM idem_jobs WHERE state = 'available' AND queue = 'q' AND run_at <= now()
+	ORDER BY priority, run_at, id LIMIT 10 FOR UPDATE OF idem_jobs SKIP LOCKED`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, line)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Join(plan, "\n")
+	if !strings.Contains(text, "Index Scan using idem_jobs_fetch_priority") || strings.Contains(text, "Sort") || strings.Contains(text, "Seq Scan") {
+		t.Fatalf("claim plan:\n%s", text)
 	}
 }

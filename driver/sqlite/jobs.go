@@ -15,7 +15,7 @@ import (
 	"github.com/idemdev/idem/internal/groupcommit"
 )
 
-const jobCols = `id, queue, kind, args, state, attempt, max_attempts, lease_id, lease_until, worker, run_at,
+const jobCols = `id, queue, kind, args, state, priority, attempt, max_attempts, lease_id, lease_until, worker, run_at,
 	unique_key, errors, result, created_at, updated_at, attempted_at, finalized_at`
 
 func scanJob(s scanner, now int64) (idemtype.JobRow, error) {
@@ -26,7 +26,7 @@ func scanJob(s scanner, now int64) (idemtype.JobRow, error) {
 		leaseUntil, attemptedAt, finalizedAt sql.NullInt64
 		runAt, createdAt, updatedAt          int64
 	)
-	err := s.Scan(&j.ID, &j.Queue, &j.Kind, &j.Args, &state, &j.Attempt, &j.MaxAttempts, &j.LeaseID, &leaseUntil,
+	err := s.Scan(&j.ID, &j.Queue, &j.Kind, &j.Args, &state, &j.Priority, &j.Attempt, &j.MaxAttempts, &j.LeaseID, &leaseUntil,
 		&j.ClaimedBy, &runAt, &key, &errs, &j.Result, &createdAt, &updatedAt, &attemptedAt, &finalizedAt)
 	if err != nil {
 		return j, err
@@ -123,11 +123,11 @@ func (d *Driver) enqueueOne(ctx context.Context, q driver.Executor, j driver.Job
 		err := d.gc.Write(ctx, q, &groupcommit.Write{
 			Key: j.Queue + "\x00" + j.UniqueKey,
 			Query: `INSERT INTO idem_jobs
-	(queue, kind, args, state, max_attempts, run_at, unique_key, created_at, updated_at)
-	VALUES (?1, ?2, ?3, 'available', ?4, ?5, ?6, ?7, ?7)
+	(queue, kind, args, state, max_attempts, run_at, unique_key, created_at, updated_at, priority)
+	VALUES (?1, ?2, ?3, 'available', ?4, ?5, ?6, ?7, ?7, ?8)
 	ON CONFLICT (queue, unique_key) DO NOTHING
 	RETURNING ` + jobCols,
-			Args: []any{j.Queue, j.Kind, args, j.MaxAttempts, runAt, driver.NullIfEmpty(j.UniqueKey), now},
+			Args: []any{j.Queue, j.Kind, args, j.MaxAttempts, runAt, driver.NullIfEmpty(j.UniqueKey), now, j.Priority},
 			Row: func(r groupcommit.Scanner) error {
 				var err error
 				row, err = scanJob(r, now)
@@ -182,7 +182,7 @@ func (d *Driver) ClaimJobs(ctx context.Context, p driver.ClaimJobsParams) ([]ide
 	rows, err := tx.Query(ctx, `UPDATE idem_jobs SET state = 'running', attempt = attempt + 1,
 	lease_id = ?2, lease_until = ?1 + ?3, worker = ?4, attempted_at = ?1, updated_at = ?1
 	WHERE id IN (SELECT id FROM idem_jobs WHERE state = 'available' AND queue = ?5 AND run_at <= ?1
-		ORDER BY run_at, id LIMIT ?6)
+		ORDER BY priority, run_at, id LIMIT ?6)
 	RETURNING `+jobCols, now, p.LeaseID, ms(p.Lease), p.Worker, p.Queue, p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: claim jobs: %w", err)
@@ -205,8 +205,11 @@ func (d *Driver) ClaimJobs(ctx context.Context, p driver.ClaimJobsParams) ([]ide
 	if err := tx.Commit(); err != nil {
 		return nil, fmt.Errorf("sqlite: claim jobs: %w", err)
 	}
-	// RETURNING order is unspecified: hand jobs out oldest first.
+	// RETURNING order is unspecified: hand jobs out in claim order.
 	slices.SortFunc(out, func(a, b idemtype.JobRow) int {
+		if c := cmp.Compare(a.Priority, b.Priority); c != 0 {
+			return c
+		}
 		if c := a.RunAt.Compare(b.RunAt); c != 0 {
 			return c
 		}
@@ -238,11 +241,16 @@ var finishJob = `UPDATE idem_jobs SET state = ?5, lease_until = NULL, updated_at
 	run_at = CASE WHEN ?5 = 'available' THEN ?1 + ?6 ELSE run_at END,
 	finalized_at = CASE WHEN ?5 IN ('completed', 'dead') THEN ?1 END,
 	result = CASE WHEN ?5 = 'completed' THEN ?7 ELSE result END,
+	max_attempts = max_attempts + ?9,
 	errors = CASE WHEN ?8 = '' THEN errors ELSE ` + appendError("?8") + ` END
 	WHERE ` + jobFenced
 
 func finishArgs(now int64, p driver.FinishJobParams) []any {
-	return []any{now, p.ID, p.Attempt, p.LeaseID, string(p.State), ms(p.Delay), p.Result, p.Error}
+	snooze := 0
+	if p.Snooze {
+		snooze = 1
+	}
+	return []any{now, p.ID, p.Attempt, p.LeaseID, string(p.State), ms(p.Delay), p.Result, p.Error, snooze}
 }
 
 // FinishJob ends a held claim, in the caller's transaction when q is not nil.
@@ -360,6 +368,38 @@ func (d *Driver) RequeueJob(ctx context.Context, id int64, attempts int) (idemty
 	return j, nil
 }
 
+// CancelJob makes an available or running job cancelled, in one BEGIN
+// IMMEDIATE transaction on the writer: ordered with every fenced write.
+func (d *Driver) CancelJob(ctx context.Context, id int64) (idemtype.JobRow, idemtype.JobState, error) {
+	tx, err := d.w.begin(ctx)
+	if err != nil {
+		return idemtype.JobRow{}, "", fmt.Errorf("sqlite: cancel job: %w", err)
+	}
+	defer tx.Rollback()
+	now := d.nowMS()
+	j, err := scanJob(tx.QueryRow(ctx, `SELECT `+jobCols+` FROM idem_jobs WHERE id = ?`, id), now)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return j, "", driver.ErrNotFound
+	case err != nil:
+		return j, "", fmt.Errorf("sqlite: cancel job: %w", err)
+	case j.State == idemtype.JobCancelled:
+		return j, "", nil
+	case j.State != idemtype.JobAvailable && j.State != idemtype.JobRunning:
+		return j, "", driver.ErrConflict
+	}
+	from := j.State
+	j, err = scanJob(tx.QueryRow(ctx, `UPDATE idem_jobs SET state = 'cancelled', lease_until = NULL,
+	finalized_at = ?1, updated_at = ?1 WHERE id = ?2 RETURNING `+jobCols, now, id), now)
+	if err != nil {
+		return j, "", fmt.Errorf("sqlite: cancel job: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return j, "", fmt.Errorf("sqlite: cancel job: %w", err)
+	}
+	return j, from, nil
+}
+
 // DeleteJob deletes a job that is in one of states.
 func (d *Driver) DeleteJob(ctx context.Context, id int64, states []idemtype.JobState) error {
 	marks := strings.TrimSuffix(strings.Repeat("?, ", len(states)), ", ")
@@ -389,11 +429,12 @@ func (d *Driver) missingOrConflict(ctx context.Context, id int64) error {
 	return driver.ErrConflict
 }
 
-// PruneJobs deletes completed jobs finalized at least olderThan ago.
+// PruneJobs deletes completed and cancelled jobs finalized at least
+// olderThan ago.
 func (d *Driver) PruneJobs(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
 	now := d.nowMS()
 	n, err := d.w.Exec(ctx, `DELETE FROM idem_jobs WHERE id IN (SELECT id FROM idem_jobs
-	WHERE state = 'completed' AND finalized_at <= ?1 LIMIT ?2)`, now-ms(olderThan), limit)
+	WHERE state IN ('completed', 'cancelled') AND finalized_at <= ?1 LIMIT ?2)`, now-ms(olderThan), limit)
 	if err != nil {
 		return 0, fmt.Errorf("sqlite: prune jobs: %w", err)
 	}

@@ -54,7 +54,7 @@ var commandRules = []commandRule{
 	{name: "long run", match: regexp.MustCompile(`^idem (prove|bench)\b`),
 		skip: "a long run (minutes of load or fault injection); the flags are tested in cmd/idem"},
 	{name: "server", match: regexp.MustCompile(`^idem serve\b`), server: true},
-	{name: "names a record", match: regexp.MustCompile(`^idem (keys show|jobs (show|retry|discard)|outbox (show|retry|discard))\b`),
+	{name: "names a record", match: regexp.MustCompile(`^idem (keys show|jobs (show|retry|discard|cancel)|outbox (show|retry|discard))\b`),
 		absent: regexp.MustCompile(`: no (record|job|message)\b`)},
 }
 

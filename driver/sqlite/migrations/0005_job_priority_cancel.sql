@@ -1,0 +1,10 @@
+-- Job priorities (1 = highest … 4 = lowest) and the cancelled state.
+-- The fetch index leads with priority so that the claim, ORDER BY
+-- priority, run_at, id, walks it in order. Cancelled jobs are pruned with
+-- completed ones after Retention. Applied once (idem_migrations): SQLite
+-- has no ADD COLUMN IF NOT EXISTS.
+ALTER TABLE idem_jobs ADD COLUMN priority INTEGER NOT NULL DEFAULT 1;
+DROP INDEX IF EXISTS idem_jobs_fetch;
+CREATE INDEX IF NOT EXISTS idem_jobs_fetch_priority ON idem_jobs (queue, priority, run_at, id) WHERE state = 'available';
+DROP INDEX IF EXISTS idem_jobs_completed;
+CREATE INDEX IF NOT EXISTS idem_jobs_finalized ON idem_jobs (finalized_at) WHERE state IN ('completed', 'cancelled');
