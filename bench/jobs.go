@@ -258,7 +258,7 @@ var handJobSQL = map[string]struct{ enqueue, prefill, claim, complete string }{
 		claim: `UPDATE idem_jobs SET state = 'running', attempt = attempt + 1, lease_id = ?2, lease_until = ?1 + 30000,
 	worker = 'bench', attempted_at = ?1, updated_at = ?1
 	WHERE id IN (SELECT id FROM idem_jobs WHERE state = 'available' AND queue = ?3 AND run_at <= ?1
-		ORDER BY run_at, id LIMIT ?4)
+		ORDER BY priority, run_at, id LIMIT ?4)
 	RETURNING id`,
 		complete: `UPDATE idem_jobs SET state = 'completed', lease_until = NULL, finalized_at = ?1, updated_at = ?1
 	WHERE lease_id = ?2 AND state = 'running' AND lease_until > ?1 AND id IN (SELECT value FROM json_each(?3))`,
@@ -271,7 +271,7 @@ var handJobSQL = map[string]struct{ enqueue, prefill, claim, complete string }{
 		claim: `UPDATE idem_jobs SET state = 'running', attempt = attempt + 1, lease_id = $1, lease_until = now() + interval '30 seconds',
 	worker = 'bench', attempted_at = now(), updated_at = now()
 	WHERE id IN (SELECT id FROM idem_jobs WHERE state = 'available' AND queue = $2 AND run_at <= now()
-		ORDER BY run_at, id LIMIT $3 FOR UPDATE SKIP LOCKED)
+		ORDER BY priority, run_at, id LIMIT $3 FOR UPDATE SKIP LOCKED)
 	RETURNING id`,
 		complete: `UPDATE idem_jobs SET state = 'completed', lease_until = NULL, finalized_at = now(), updated_at = now()
 	WHERE lease_id = $1 AND state = 'running' AND lease_until > now() AND id = ANY($2::bigint[])`,
