@@ -78,7 +78,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.BoolVar(&c.requireKey, "require-key", false, "answer 400 to a guarded request without a key (default: pass it through)")
 	fs.StringVar(&c.scopeHeader, "scope-header", "Authorization", "request `header` that scopes keys: Authorization (a keyed hash of its value), hmac:NAME (a keyed hash of header NAME, e.g. hmac:X-Api-Key), another header such as X-Tenant-ID (its value), or none (one shared scope)")
 	fs.StringVar(&c.anonymousScope, "anonymous-scope", "refuse", "a guarded request with a key but without the scope header: refuse (400 scope-missing) or shared (one scope for all such callers; --demo sets it)")
-	fs.StringVar(&c.keyFrom, "key-from", idemhttp.DefaultKeyFrom, "where the key is: header:NAME, json:/pointer or form:NAME")
+	fs.StringVar(&c.keyFrom, "key-from", idemhttp.DefaultKeyFrom, "where the key is: header:NAME, json:/pointer, form:NAME, or fingerprint (the Idempotency-Key header, else the request fingerprint: identical keyless requests are done once; see --exclude)")
 	fs.StringVar(&c.methods, "methods", "POST,PATCH", "comma-separated `methods` to guard; others pass through untouched")
 	fs.DurationVar(&c.lease, "lease", idem.DefaultLease, "how long a claim holds after the gateway stops heartbeating it (crash, upstream timeout)")
 	fs.DurationVar(&c.retention, "retention", idem.DefaultRetention, "how long a stored response is replayed")
