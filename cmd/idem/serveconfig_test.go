@@ -184,7 +184,10 @@ func TestServeConfigReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	gw.signal(syscall.SIGHUP)
-	for a := (answer{}); a.status != 400; {
+	for a, tries := (answer{}), 0; a.status != 400; tries++ {
+		if tries == 3000 {
+			t.Fatalf("the new policy did not take hold after %d requests:\n%s", tries, gw.out.String())
+		}
 		if a, _ = send(ctx, client, gw.url+"/x", `{}`); a.status != 201 && a.status != 400 {
 			t.Fatalf("during reload: %d %q", a.status, a.body)
 		}
@@ -199,7 +202,10 @@ func TestServeConfigReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	gw.signal(syscall.SIGHUP)
-	for !strings.Contains(gw.out.String(), "not reloaded") {
+	for tries := 0; !strings.Contains(gw.out.String(), "not reloaded"); tries++ {
+		if tries == 3000 {
+			t.Fatalf("no reload error logged:\n%s", gw.out.String())
+		}
 		select {
 		case <-gw.done:
 			t.Fatalf("idem serve exited on a bad reload: %v", gw.err)
