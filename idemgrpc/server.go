@@ -82,7 +82,13 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	}
 	fp := fingerprint.GRPC(info.FullMethod, b)
 	if !keyed {
-		key = fp // KeyFromFingerprint: identical work is one operation
+		// KeyFromFingerprint: identical work is one operation. The handler
+		// sees the derived key in its metadata, as it would a caller's.
+		key = fp
+		md, _ := metadata.FromIncomingContext(ctx)
+		md = md.Copy()
+		md.Set(MetadataKey, key)
+		ctx = metadata.NewIncomingContext(ctx, md)
 	}
 	op := idem.Op{Scope: scope, Key: key, Fingerprint: fp, Lease: s.cfg.lease, Retention: s.cfg.retention}
 

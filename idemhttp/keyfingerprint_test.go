@@ -43,6 +43,11 @@ func TestKeyFromFingerprint(t *testing.T) {
 		if len(recs) != 2 || !strings.HasPrefix(recs[0].Key, idemhttp.FingerprintScheme) || recs[0].Key != recs[0].Fingerprint {
 			t.Fatalf("records: %+v, want two keyed by their fingerprints", recs)
 		}
+		for _, rec := range recs {
+			if n := h.count(rec.Key); n != 1 {
+				t.Errorf("the handler got the derived key %s %d times, want 1 (it is passed on as Idempotency-Key)", rec.Key, n)
+			}
+		}
 
 		// A client key still wins: the same body under a key of its own is
 		// handled again, and its key is the one forwarded.

@@ -111,6 +111,8 @@ type Options struct {
 	// fingerprint (method, path, query and canonical body, Exclude left
 	// out), so identical requests within Retention are handled once, for
 	// webhook receivers and model-call proxies whose callers send no key.
+	// The derived key is set as the request's Idempotency-Key, so the
+	// handler (or upstream) sees it as it would a client's.
 	// Exclude what changes between deliveries of one piece of work
 	// (timestamps, request ids, a key field in the body). Never use it for
 	// work that must run again on the same input (a model call sampled with

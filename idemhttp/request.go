@@ -98,7 +98,11 @@ func (c *config) prepare(r *http.Request, secret func() ([]byte, error)) (*prepa
 		return nil, &Problem{Type: ProblemBodyInvalid, Title: "Malformed request body", Status: http.StatusBadRequest, Detail: err.Error()}
 	}
 	if derive {
-		key = fp // identical work is one operation; the fingerprint fits a key (under 255 bytes, printable)
+		// Identical work is one operation. The derived key is passed on
+		// like a client's, so the handler (the upstream) can deduplicate
+		// on it too, and a redo after a crash carries the same key.
+		key = fp
+		r.Header.Set(c.key.name, key)
 	}
 	return &prepared{scope: scope, key: key, fingerprint: fp}, nil
 }
