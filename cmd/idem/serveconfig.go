@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -218,14 +219,7 @@ func parseRoute(fs *flag.FlagSet, n *yaml.Node, at func(*yaml.Node, string, ...a
 	return rt, nil
 }
 
-func isRouteFlag(name string) bool {
-	for _, f := range routeFlags {
-		if f == name {
-			return true
-		}
-	}
-	return false
-}
+func isRouteFlag(name string) bool { return slices.Contains(routeFlags, name) }
 
 // scalarOrList is a YAML value as a flag takes it: a scalar as it is, a
 // list of scalars joined by commas.
