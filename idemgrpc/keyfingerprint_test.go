@@ -3,6 +3,7 @@ package idemgrpc_test
 import (
 	"context"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -18,7 +19,7 @@ import (
 // nanos), so that one can be excluded and the other not.
 const stampMethod = "/idemtest.Stamps/Record"
 
-func serveStamps(t *testing.T, runs *atomic.Int64, ic grpc.UnaryServerInterceptor) *grpc.ClientConn {
+func serveStamps(t *testing.T, runs *atomic.Int64, lastKey *atomic.Pointer[string], ic grpc.UnaryServerInterceptor) *grpc.ClientConn {
 	t.Helper()
 	desc := grpc.ServiceDesc{
 		ServiceName: "idemtest.Stamps",
@@ -30,6 +31,10 @@ func serveStamps(t *testing.T, runs *atomic.Int64, ic grpc.UnaryServerIntercepto
 			}
 			return ic(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: stampMethod}, func(ctx context.Context, req any) (any, error) {
 				runs.Add(1)
+				md, _ := metadata.FromIncomingContext(ctx)
+				if k := md.Get("idempotency-key"); len(k) == 1 {
+					lastKey.Store(&k[0])
+				}
 				return req, nil
 			})
 		}}},
@@ -51,7 +56,8 @@ func TestKeyFromFingerprint(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, l *idem.Ledger) {
 		var runs atomic.Int64
-		cc := serveStamps(t, &runs, idemgrpc.UnaryServerInterceptor(l, &idemgrpc.Options{
+		var lastKey atomic.Pointer[string]
+		cc := serveStamps(t, &runs, &lastKey, idemgrpc.UnaryServerInterceptor(l, &idemgrpc.Options{
 			SharedScope: true, KeyFromFingerprint: true, Exclude: []string{"nanos"}, Logger: quiet}))
 		ctx := testCtx(t)
 		send := func(sec int64, nanos int32) (replayed bool) {
@@ -65,6 +71,9 @@ func TestKeyFromFingerprint(t *testing.T) {
 		}
 		if send(100, 1) {
 			t.Fatal("first call replayed")
+		}
+		if k := lastKey.Load(); k == nil || !strings.HasPrefix(*k, "grpc-sha256:") {
+			t.Fatalf("the handler did not see the derived key in its metadata: %v", k)
 		}
 		if !send(100, 1) {
 			t.Fatal("identical call was not a replay")
