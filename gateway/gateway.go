@@ -69,11 +69,32 @@ type Config struct {
 	// forwarded how long the gateway took beyond the upstream call itself
 	// (claim, fingerprint, store). metrics.Collector.GatewayAdded fits.
 	AddedLatency func(time.Duration)
+	// Routes, when set, give routes policies of their own (see Route);
+	// requests no route matches get Options.
+	Routes []Route
+}
+
+// Route is a policy for the requests one net/http ServeMux pattern
+// matches ("POST /payments/{id}", "/webhooks/"): its own Idempotency-Key
+// options, or none at all. The most specific pattern wins, as in
+// http.ServeMux; a request no route matches gets Config.Options.
+type Route struct {
+	// Pattern is an http.ServeMux pattern: [METHOD ][HOST]/[PATH].
+	Pattern string
+	// Pass forwards the route's requests untouched, never guarded.
+	Pass bool
+	// Options are the route's semantics (nil = idemhttp defaults); unused
+	// under Pass.
+	Options *idemhttp.Options
 }
 
 // Gateway is an http.Handler forwarding to one upstream.
 type Gateway struct {
-	handler     http.Handler
+	l           *idem.Ledger
+	fwd         *forwarder
+	log         *slog.Logger
+	added       func(time.Duration)
+	handler     atomic.Pointer[http.Handler]
 	readTimeout time.Duration
 }
 
@@ -90,14 +111,6 @@ func New(l *idem.Ledger, cfg *Config) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: timeout %v or read timeout %v is negative", c.Timeout, c.ReadTimeout)
 	}
 	log := cmp.Or(c.Logger, slog.Default())
-	opts := idemhttp.Options{}
-	if c.Options != nil {
-		opts = *c.Options
-	}
-	opts.Logger = cmp.Or(opts.Logger, log)
-	if c.AddedLatency != nil {
-		opts.AddedLatency = c.AddedLatency
-	}
 	transport := c.Transport
 	if transport == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
@@ -123,12 +136,78 @@ func New(l *idem.Ledger, cfg *Config) (*Gateway, error) {
 		ErrorHandler: f.upstreamFailed,
 		ErrorLog:     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	handler, err := idemhttp.NewProxy(l, &opts, f)
-	if err != nil {
+	g := &Gateway{l: l, fwd: f, log: log, added: c.AddedLatency, readTimeout: c.ReadTimeout}
+	if err := g.SetRoutes(c.Options, c.Routes); err != nil {
 		return nil, err
 	}
-	return &Gateway{handler: handler, readTimeout: c.ReadTimeout}, nil
+	return g, nil
 }
+
+// SetRoutes replaces the gateway's policies: defaults for requests no
+// route matches, and the routes. The change is atomic: a request is
+// handled wholly under the old policies or wholly under the new ones, and
+// on an error (which names the route) the old ones stay. The upstream,
+// its connections and the ledger are kept; keys already claimed or stored
+// stay as they are.
+func (g *Gateway) SetRoutes(defaults *idemhttp.Options, routes []Route) error {
+	def, err := g.proxy(defaults)
+	if err != nil {
+		return err
+	}
+	h := def
+	if len(routes) > 0 {
+		mux := http.NewServeMux()
+		root := false
+		for _, rt := range routes {
+			var rh http.Handler = passHandler{g.fwd}
+			if !rt.Pass {
+				if rh, err = g.proxy(rt.Options); err != nil {
+					return fmt.Errorf("gateway: route %q: %w", rt.Pattern, err)
+				}
+			}
+			if err := handle(mux, rt.Pattern, rh); err != nil {
+				return err
+			}
+			root = root || rt.Pattern == "/"
+		}
+		if !root {
+			mux.Handle("/", def) // unmatched requests get the defaults, never the mux's 404 or 405
+		}
+		h = mux
+	}
+	g.handler.Store(&h)
+	return nil
+}
+
+// proxy is idemhttp's middleware with opts in front of the forwarder.
+func (g *Gateway) proxy(o *idemhttp.Options) (http.Handler, error) {
+	opts := idemhttp.Options{}
+	if o != nil {
+		opts = *o
+	}
+	opts.Logger = cmp.Or(opts.Logger, g.log)
+	if g.added != nil {
+		opts.AddedLatency = g.added
+	}
+	return idemhttp.NewProxy(g.l, &opts, g.fwd)
+}
+
+// handle registers h at pattern, turning the mux's panic on a bad or
+// conflicting pattern into an error.
+func handle(mux *http.ServeMux, pattern string, h http.Handler) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("gateway: route %q: %v", pattern, p)
+		}
+	}()
+	mux.Handle(pattern, h)
+	return nil
+}
+
+// passHandler forwards requests unguarded.
+type passHandler struct{ f *forwarder }
+
+func (p passHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) { p.f.Forward(w, r, nil) }
 
 // deadlineBody lifts the read deadline once the body has been read (or
 // closed): net/http keeps reading the connection in the background after
@@ -161,7 +240,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			r.Body = &deadlineBody{ReadCloser: r.Body, clear: sync.OnceFunc(func() { rc.SetReadDeadline(time.Time{}) })}
 		}
 	}
-	g.handler.ServeHTTP(w, r)
+	(*g.handler.Load()).ServeHTTP(w, r)
 }
 
 // forwarder is the idemhttp.Forwarder behind the middleware: a reverse

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -41,6 +43,21 @@ type Options struct {
 	// RequireKey refuses a call without a key (InvalidArgument). By default
 	// such a call passes through unguarded.
 	RequireKey bool
+	// KeyFromFingerprint derives a missing key from the work: a call
+	// without metadata idempotency-key gets its request fingerprint
+	// (method and deterministic encoding of the request message, Exclude
+	// cleared) as its key, so identical calls within Retention are handled
+	// once, for callers that send no key. A call with a key uses it. Never
+	// use it for work that must run again on the same input (a model call
+	// sampled with temperature > 0 whose caller wants a fresh answer each
+	// time): the second call gets the first one's stored answer.
+	KeyFromFingerprint bool
+	// Exclude names fields of request messages left out of the
+	// fingerprint: what changes between deliveries of one piece of work
+	// (timestamps, request ids, a key field). Each is a dot-separated path
+	// of proto field names ("sent_at", "meta.request_id"); a path a
+	// message does not have is skipped for that message.
+	Exclude []string
 	// Methods, if set, reports whether a method (its full name,
 	// "/pkg.Service/Method") is guarded. Unguarded methods pass through
 	// untouched, key and all. Nil guards every unary method the
@@ -67,6 +84,8 @@ type config struct {
 	methods   func(string) bool
 	lease     time.Duration
 	retention time.Duration
+	derive    bool
+	exclude   [][]string // field name paths
 	log       *slog.Logger
 }
 
@@ -78,7 +97,14 @@ func (o *Options) config() (config, error) {
 		o = &Options{}
 	}
 	c := config{scope: o.Scope, shared: o.SharedScope, require: o.RequireKey, methods: o.Methods,
-		lease: o.Lease, retention: o.Retention, log: o.Logger}
+		lease: o.Lease, retention: o.Retention, derive: o.KeyFromFingerprint, log: o.Logger}
+	for _, p := range o.Exclude {
+		path := strings.Split(p, ".")
+		if slices.Contains(path, "") {
+			return c, fmt.Errorf("%w: Exclude %q is not a dot-separated path of field names", ErrBadOptions, p)
+		}
+		c.exclude = append(c.exclude, path)
+	}
 	switch {
 	case o.Scope != nil && o.SharedScope:
 		return c, fmt.Errorf("%w: Scope and SharedScope are exclusive", ErrBadOptions)

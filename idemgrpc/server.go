@@ -57,11 +57,11 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	if s.cfg.methods != nil && !s.cfg.methods(info.FullMethod) {
 		return handler(ctx, req)
 	}
-	key, ok, err := incomingKey(ctx)
+	key, keyed, err := incomingKey(ctx)
 	if err != nil {
 		return nil, refusal(codes.InvalidArgument, ReasonKeyInvalid, err.Error())
 	}
-	if !ok {
+	if !keyed && !s.cfg.derive {
 		if s.cfg.require {
 			return nil, refusal(codes.InvalidArgument, ReasonKeyMissing,
 				"idemgrpc: this method needs metadata "+MetadataKey+": a key made once per logical call and sent with every retry")
@@ -76,12 +76,21 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	if !ok {
 		return nil, status.Errorf(codes.Internal, "idemgrpc: request of %s is a %T, not a proto.Message", info.FullMethod, req)
 	}
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(s.cfg.withoutExcluded(msg))
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "idemgrpc: encoding the request for its fingerprint: %v", err)
 	}
-	op := idem.Op{Scope: scope, Key: key, Fingerprint: fingerprint.GRPC(info.FullMethod, b),
-		Lease: s.cfg.lease, Retention: s.cfg.retention}
+	fp := fingerprint.GRPC(info.FullMethod, b)
+	if !keyed {
+		// KeyFromFingerprint: identical work is one operation. The handler
+		// sees the derived key in its metadata, as it would a caller's.
+		key = fp
+		md, _ := metadata.FromIncomingContext(ctx)
+		md = md.Copy()
+		md.Set(MetadataKey, key)
+		ctx = metadata.NewIncomingContext(ctx, md)
+	}
+	op := idem.Op{Scope: scope, Key: key, Fingerprint: fp, Lease: s.cfg.lease, Retention: s.cfg.retention}
 
 	cctx, cancel := detached(ctx)
 	c, err := s.l.Claim(cctx, op)

@@ -18,7 +18,17 @@ const (
 	keyHeader keyKind = iota + 1
 	keyJSON
 	keyForm
+	// keyFingerprint: the Idempotency-Key header if the request has one,
+	// else the request fingerprint itself.
+	keyFingerprint
 )
+
+// KeyFromFingerprint is the Options.KeyFrom (and `idem serve --key-from`)
+// value that derives a missing key from the work: a request without an
+// Idempotency-Key header gets its request fingerprint (method, path, query,
+// canonical body without Options.Exclude) as its key, so identical work
+// within the retention is done once. A request with the header uses it.
+const KeyFromFingerprint = "fingerprint"
 
 // keySource is a parsed Options.KeyFrom.
 type keySource struct {
@@ -28,9 +38,12 @@ type keySource struct {
 }
 
 func parseKeyFrom(s string) (keySource, error) {
+	if s == KeyFromFingerprint {
+		return keySource{kind: keyFingerprint, name: http.CanonicalHeaderKey("Idempotency-Key")}, nil
+	}
 	kind, arg, ok := strings.Cut(s, ":")
 	if !ok || arg == "" {
-		return keySource{}, fmt.Errorf("%q: want header:NAME, json:/pointer or form:NAME", s)
+		return keySource{}, fmt.Errorf("%q: want header:NAME, json:/pointer, form:NAME or fingerprint", s)
 	}
 	switch kind {
 	case "header":
@@ -53,7 +66,7 @@ func parseKeyFrom(s string) (keySource, error) {
 	case "form":
 		return keySource{kind: keyForm, name: arg}, nil
 	}
-	return keySource{}, fmt.Errorf("%q: unknown source %q (want header, json or form)", s, kind)
+	return keySource{}, fmt.Errorf("%q: unknown source %q (want header, json, form or fingerprint)", s, kind)
 }
 
 func unescapePointerToken(t string) string {
@@ -61,7 +74,7 @@ func unescapePointerToken(t string) string {
 }
 
 // needsBody reports whether finding the key means reading the body first.
-func (k keySource) needsBody() bool { return k.kind != keyHeader }
+func (k keySource) needsBody() bool { return k.kind == keyJSON || k.kind == keyForm }
 
 // String is the source as configured.
 func (k keySource) String() string {
@@ -70,6 +83,8 @@ func (k keySource) String() string {
 		return "header " + k.name
 	case keyJSON:
 		return "JSON field " + k.name
+	case keyFingerprint:
+		return "header " + k.name + " (or, without it, the request fingerprint)"
 	default:
 		return "form field " + k.name
 	}

@@ -105,6 +105,19 @@ type Options struct {
 	// body, RFC 6901 pointer, as Square's idempotency_key) or "form:NAME"
 	// (a field of an application/x-www-form-urlencoded body, as an OAuth
 	// authorization code). A header key is forwarded unchanged.
+	//
+	// KeyFromFingerprint ("fingerprint") derives the key from the work:
+	// a request without an Idempotency-Key header is keyed by its request
+	// fingerprint (method, path, query and canonical body, Exclude left
+	// out), so identical requests within Retention are handled once, for
+	// webhook receivers and model-call proxies whose callers send no key.
+	// The derived key is set as the request's Idempotency-Key, so the
+	// handler (or upstream) sees it as it would a client's.
+	// Exclude what changes between deliveries of one piece of work
+	// (timestamps, request ids, a key field in the body). Never use it for
+	// work that must run again on the same input (a model call sampled with
+	// temperature > 0 whose caller wants a fresh answer each time): the
+	// second request gets the first one's stored response.
 	KeyFrom string
 	// Scope names who owns a key; keys never match across scopes. Default
 	// ScopeAuthorization. The result must be at most 255 bytes without

@@ -31,8 +31,13 @@ type prepared struct {
 // only for a request that carries a key.
 func (c *config) prepare(r *http.Request, secret func() ([]byte, error)) (*prepared, *Problem) {
 	var key string
+	derive := false // the key is the fingerprint (KeyFromFingerprint)
 	if !c.key.needsBody() {
 		k, err := c.key.fromHeader(r.Header)
+		if errors.Is(err, errNoKey) && c.key.kind == keyFingerprint {
+			derive = true
+			err = nil
+		}
 		if errors.Is(err, errNoKey) {
 			return nil, c.missingKey()
 		}
@@ -91,6 +96,13 @@ func (c *config) prepare(r *http.Request, secret func() ([]byte, error)) (*prepa
 	fp, err := c.requestFingerprint(r, body, mt, form)
 	if err != nil {
 		return nil, &Problem{Type: ProblemBodyInvalid, Title: "Malformed request body", Status: http.StatusBadRequest, Detail: err.Error()}
+	}
+	if derive {
+		// Identical work is one operation. The derived key is passed on
+		// like a client's, so the handler (the upstream) can deduplicate
+		// on it too, and a redo after a crash carries the same key.
+		key = fp
+		r.Header.Set(c.key.name, key)
 	}
 	return &prepared{scope: scope, key: key, fingerprint: fp}, nil
 }

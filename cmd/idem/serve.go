@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -11,8 +12,10 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/idemdev/idem"
@@ -28,7 +31,7 @@ import (
 // own file, emptied on every start, as the demo's charge counter is.
 const demoDB = "idem-demo.db"
 
-const serveUsage = "idem serve --upstream URL [--listen ADDR] [--db URL] [flags]\n       idem serve --demo [flags]"
+const serveUsage = "idem serve --upstream URL [--listen ADDR] [--db URL] [--config FILE] [flags]\n       idem serve --demo [flags]\n       idem serve --config FILE --check [flags]"
 
 func init() {
 	register(command{
@@ -47,6 +50,9 @@ type serveConfig struct {
 	adminWrite                    bool
 	pruneEvery                    time.Duration
 	demo, requireKey              bool
+	configFile                    string // --config
+	checkOnly                     bool   // --check
+	routes                        []gateway.Route
 	dbSet                         bool // --db (or IDEM_DB) was given
 	scopeHeader, keyFrom, methods string
 	anonymousScope                string
@@ -78,7 +84,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.BoolVar(&c.requireKey, "require-key", false, "answer 400 to a guarded request without a key (default: pass it through)")
 	fs.StringVar(&c.scopeHeader, "scope-header", "Authorization", "request `header` that scopes keys: Authorization (a keyed hash of its value), hmac:NAME (a keyed hash of header NAME, e.g. hmac:X-Api-Key), another header such as X-Tenant-ID (its value), or none (one shared scope)")
 	fs.StringVar(&c.anonymousScope, "anonymous-scope", "refuse", "a guarded request with a key but without the scope header: refuse (400 scope-missing) or shared (one scope for all such callers; --demo sets it)")
-	fs.StringVar(&c.keyFrom, "key-from", idemhttp.DefaultKeyFrom, "where the key is: header:NAME, json:/pointer or form:NAME")
+	fs.StringVar(&c.keyFrom, "key-from", idemhttp.DefaultKeyFrom, "where the key is: header:NAME, json:/pointer, form:NAME, or fingerprint (the Idempotency-Key header, else the request fingerprint: identical keyless requests are done once; see --exclude)")
 	fs.StringVar(&c.methods, "methods", "POST,PATCH", "comma-separated `methods` to guard; others pass through untouched")
 	fs.DurationVar(&c.lease, "lease", idem.DefaultLease, "how long a claim holds after the gateway stops heartbeating it (crash, upstream timeout)")
 	fs.DurationVar(&c.retention, "retention", idem.DefaultRetention, "how long a stored response is replayed")
@@ -96,6 +102,8 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.DurationVar(&c.idleTimeout, "idle-timeout", 2*time.Minute, "how long an idle keep-alive connection stays open (gateway and admin)")
 	fs.IntVar(&c.maxInFlight, "max-inflight", 256, "most guarded requests handled at once (each may hold --max-body); past it 503 too-busy with Retry-After")
 	fs.DurationVar(&c.drain, "drain-timeout", 30*time.Second, "on SIGTERM, how long to let in-flight requests finish")
+	fs.StringVar(&c.configFile, "config", "", "YAML `file` of per-route policies (docs/http.md#per-route-policies); the flags are the defaults routes inherit; SIGHUP reloads it")
+	fs.BoolVar(&c.checkOnly, "check", false, "check the flags and --config file, then exit: 0 if valid, 2 if not (--upstream not needed)")
 	c.log = addLogFlags(fs, "info")
 	return fs, c
 }
@@ -137,13 +145,21 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return usageError(fs, stderr, "unexpected argument %q", fs.Arg(0))
 	}
 	fs.Visit(func(f *flag.Flag) { c.dbSet = c.dbSet || f.Name == "db" })
-	if errs := c.check(); len(errs) > 0 {
+	errs := c.check()
+	if len(errs) == 0 && c.configFile != "" {
+		c.routes, errs = loadRoutes(fs, c.configFile)
+	}
+	if len(errs) > 0 {
 		for _, err := range errs {
 			usageError(fs, stderr, "%v", err)
 		}
 		return 2
 	}
-	return c.run(ctx, stdout, stderr)
+	if c.checkOnly {
+		fmt.Fprintf(stdout, "idem serve: configuration valid (%d routes from %s)\n", len(c.routes), cmp.Or(c.configFile, "flags only"))
+		return 0
+	}
+	return c.run(ctx, fs, stdout, stderr)
 }
 
 // check validates the flags and builds the options, naming the flag of
@@ -151,12 +167,12 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 func (c *serveConfig) check() []error {
 	var errs []error
 	bad := func(flag, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("--%s: %s", flag, fmt.Sprintf(format, args...)))
+		errs = append(errs, &flagError{flag, fmt.Sprintf(format, args...)})
 	}
 	switch {
 	case c.demo && c.upstream != "":
 		bad("upstream", "give --upstream or --demo, not both")
-	case !c.demo && c.upstream == "":
+	case !c.demo && c.upstream == "" && !c.checkOnly:
 		bad("upstream", "required: the URL of the API to put idem in front of (or --demo to try it)")
 	case c.upstream != "":
 		u, err := url.Parse(c.upstream)
@@ -190,6 +206,30 @@ func (c *serveConfig) check() []error {
 	} else {
 		c.openDB, c.driver = open, u.Driver
 	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"upstream-timeout", c.timeout}, {"drain-timeout", c.drain}, {"read-timeout", c.readTimeout}, {"idle-timeout", c.idleTimeout}} {
+		if d.v <= 0 {
+			bad(d.name, "%v is not positive", d.v)
+		}
+	}
+	errs = append(errs, c.policy()...)
+	c.ledgerOpts.Stale = c.idemOpts.Stale
+	if _, err := c.log.logger(io.Discard); err != nil {
+		errs = append(errs, err)
+	}
+	c.ledgerOpts.Lease, c.ledgerOpts.Retention = c.lease, c.retention
+	return errs
+}
+
+// policy checks the flags that make a route's policy (the defaults, or a
+// --config route's flags over them) and builds c.idemOpts from them.
+func (c *serveConfig) policy() []error {
+	var errs []error
+	bad := func(flag, format string, args ...any) {
+		errs = append(errs, &flagError{flag, fmt.Sprintf(format, args...)})
+	}
 	if c.lease < time.Millisecond || c.lease > 7*24*time.Hour {
 		bad("lease", "%v is outside [1ms, 168h]", c.lease)
 	}
@@ -199,7 +239,7 @@ func (c *serveConfig) check() []error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"wait-timeout", c.waitTimeout}, {"upstream-timeout", c.timeout}, {"drain-timeout", c.drain}, {"read-timeout", c.readTimeout}, {"idle-timeout", c.idleTimeout}} {
+	}{{"wait-timeout", c.waitTimeout}} {
 		if d.v <= 0 {
 			bad(d.name, "%v is not positive", d.v)
 		}
@@ -271,9 +311,9 @@ func (c *serveConfig) check() []error {
 	}
 	switch c.stale {
 	case "redo":
-		c.ledgerOpts.Stale = idem.StaleRedo
+		o.Stale = idem.StaleRedo
 	case "park":
-		c.ledgerOpts.Stale = idem.StalePark
+		o.Stale = idem.StalePark
 	default:
 		bad("stale", "%q: want redo or park", c.stale)
 	}
@@ -287,12 +327,13 @@ func (c *serveConfig) check() []error {
 			}
 		}
 	}
-	if _, err := c.log.logger(io.Discard); err != nil {
-		errs = append(errs, err)
-	}
-	c.ledgerOpts.Lease, c.ledgerOpts.Retention = c.lease, c.retention
 	return errs
 }
+
+// flagError is a bad flag value (or a --config route's value for it).
+type flagError struct{ flag, reason string }
+
+func (e *flagError) Error() string { return "--" + e.flag + ": " + e.reason }
 
 // adminOptions are the admin page's options that come from flags.
 func (c *serveConfig) adminOptions() *admin.Options {
@@ -327,14 +368,22 @@ func splitList(s string) []string {
 	return out
 }
 
-func (c *serveConfig) run(ctx context.Context, stdout, stderr io.Writer) int {
+func (c *serveConfig) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr io.Writer) int {
 	log, _ := c.log.logger(stderr) // checked in check
 	c.ledgerOpts.Logger, c.ledgerOpts.HashKeysInLogs = log, c.log.hashKeys
-	c.idemOpts.Logger = log
-
 	m := metrics.New(c.driver)
 	c.ledgerOpts.Observer = m.FaceObserver(metrics.FaceGateway)
-	c.idemOpts.RecordFailed = func() { m.ResponseUnrecorded(metrics.FaceGateway) }
+	// withRuntime gives a policy what the process has: its log and metrics.
+	withRuntime := func(o *idemhttp.Options) {
+		o.Logger = log
+		o.RecordFailed = func() { m.ResponseUnrecorded(metrics.FaceGateway) }
+	}
+	withRuntime(&c.idemOpts)
+	for _, rt := range c.routes {
+		if rt.Options != nil {
+			withRuntime(rt.Options)
+		}
+	}
 
 	if c.demo && !c.dbSet {
 		// The demo API's charges live in memory and start from zero; its
@@ -381,10 +430,42 @@ func (c *serveConfig) run(ctx context.Context, stdout, stderr io.Writer) int {
 	}
 
 	gw, err := gateway.New(l, &gateway.Config{Upstream: c.upstreamURL, Options: &c.idemOpts, Timeout: c.timeout, ReadTimeout: c.readTimeout,
-		Logger: log, AddedLatency: m.GatewayAdded})
+		Logger: log, AddedLatency: m.GatewayAdded, Routes: c.routes})
 	if err != nil {
 		fmt.Fprintf(stderr, "idem serve: %v\n", err)
 		return 2
+	}
+	if c.configFile != "" {
+		// SIGHUP reloads the file: all of it or, if anything in it is
+		// wrong, none of it.
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-hup:
+				}
+				routes, errs := loadRoutes(fs, c.configFile)
+				for _, rt := range routes {
+					if rt.Options != nil {
+						withRuntime(rt.Options)
+					}
+				}
+				if len(errs) == 0 {
+					if err := gw.SetRoutes(&c.idemOpts, routes); err != nil {
+						errs = append(errs, err)
+					}
+				}
+				if len(errs) > 0 {
+					log.Error("idem serve: --config not reloaded; the previous policies stay", "file", c.configFile, "err", errors.Join(errs...))
+					continue
+				}
+				log.Info("idem serve: --config reloaded", "file", c.configFile, "routes", len(routes))
+			}
+		}()
 	}
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
@@ -439,6 +520,9 @@ func (c *serveConfig) run(ctx context.Context, stdout, stderr io.Writer) int {
 		if !c.dbSet {
 			anon += "; the demo's ledger " + demoDB + " was emptied on start"
 		}
+	}
+	if c.configFile != "" {
+		anon += fmt.Sprintf("; %d routes from %s, SIGHUP reloads it", len(c.routes), c.configFile)
 	}
 	fmt.Fprintf(stderr, "idem serve: listening on http://%s, forwarding to %s, ledger %s (lease %v, retention %v%s)\n",
 		addr, c.upstreamURL, dburl.Redact(c.db), c.lease, c.retention, anon)

@@ -53,6 +53,7 @@ var commandRules = []commandRule{
 		skip: "attacks the reader's own running service (network)"},
 	{name: "long run", match: regexp.MustCompile(`^idem (prove|bench)\b`),
 		skip: "a long run (minutes of load or fault injection); the flags are tested in cmd/idem"},
+	{name: "check only", match: regexp.MustCompile(`^idem serve\b.*\s--check(\s|$)`)}, // validates and exits: an ordinary command
 	{name: "server", match: regexp.MustCompile(`^idem serve\b`), server: true},
 	{name: "names a record", match: regexp.MustCompile(`^idem (keys show|jobs (show|retry|discard|cancel)|outbox (show|retry|discard))\b`),
 		absent: regexp.MustCompile(`: no (record|job|message)\b`)},
@@ -68,6 +69,10 @@ var commandRules = []commandRule{
 func normalize(cmd, dir string) string {
 	cmd = goRunIdem.ReplaceAllString(cmd, "${1}idem${2}")
 	cmd = postgresURL.ReplaceAllString(cmd, "${1}sqlite:"+filepath.Join(dir, "idem.db"))
+	if root, err := moduleRootOnce(); err == nil {
+		// A file of the repository (an example config) is read where it is.
+		cmd = repoFile.ReplaceAllString(cmd, "${1}"+filepath.ToSlash(root)+"/${2}")
+	}
 	if strings.HasPrefix(cmd, "idem serve") {
 		cmd = listenFlag.ReplaceAllString(cmd, "${1}${2}:0")
 		if !strings.Contains(cmd, "--listen") {
@@ -81,6 +86,7 @@ var (
 	goRunIdem   = regexp.MustCompile(`(^|\s)(?:go run \./cmd/idem|"\$bin/idem"|\$bin/idem)(\s|$)`)
 	postgresURL = regexp.MustCompile(`((?:--db[ =]|IDEM_DB=))['"]?postgres(?:ql)?://[^\s'"]+['"]?`)
 	listenFlag  = regexp.MustCompile(`(--(?:listen|admin)[ =])([^\s:]*):\d+`)
+	repoFile    = regexp.MustCompile(`(\s)(examples/\S+)`)
 )
 
 // shellLines returns the commands of a shell block: continuation lines

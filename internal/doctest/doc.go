@@ -68,7 +68,8 @@
 // (--target), long runs (idem prove, idem bench). Rewrites keep the rest
 // runnable offline: go run ./cmd/idem is the built idem; a database server
 // at a documented address (postgres://host/…) becomes a SQLite file in the
-// temporary directory; listen ports become 0, the host kept (a
+// temporary directory; a path under examples/ is the repository's file;
+// listen ports become 0, the host kept (a
 // non-loopback address stays one), and serve without --listen gets
 // 127.0.0.1:0. So a command's flags are still checked. The same skip
 // marker as for Go blocks skips a whole shell block; add a rule rather than
