@@ -9,6 +9,13 @@ import (
 	"github.com/idemdev/idem/idemtype"
 )
 
+// The sweep's default pacing: half the time for batches, half for the
+// writes they would otherwise hold up; never more than a second's pause.
+const (
+	defaultPruneDuty = 0.5
+	maxPrunePause    = time.Second
+)
+
 // PruneOptions bounds a Prune. Nil means defaults.
 type PruneOptions struct {
 	// BatchSize is how many rows one batch may change. Default 1000.
@@ -17,6 +24,12 @@ type PruneOptions struct {
 	MaxBatches int
 	// Progress, when set, is called after every batch with the totals.
 	Progress func(PruneStats)
+	// Duty bounds the share of time the sweep holds the database's writers
+	// while more batches remain: after a batch that took d, the next starts
+	// no sooner than d×(1−Duty)/Duty later, so that live claims get their
+	// turn (on SQLite a batch holds the one writer). Default 0.5; 1 runs the
+	// batches back to back.
+	Duty float64
 }
 
 // PruneStats totals what a Prune changed.
@@ -37,6 +50,13 @@ func (l *Ledger) Prune(ctx context.Context, opts *PruneOptions) (PruneStats, err
 	}
 	size := cmp.Or(o.BatchSize, 1000)
 	var st PruneStats
+	duty := o.Duty
+	switch {
+	case duty == 0:
+		duty = defaultPruneDuty
+	case duty < 0.05 || duty > 1:
+		return PruneStats{}, &InputError{Field: "duty", Reason: fmt.Sprintf("%v: want a share between 0.05 and 1", o.Duty)}
+	}
 	for o.MaxBatches == 0 || st.Batches < o.MaxBatches {
 		if err := ctx.Err(); err != nil {
 			return st, err
@@ -55,6 +75,15 @@ func (l *Ledger) Prune(ctx context.Context, opts *PruneOptions) (PruneStats, err
 		}
 		if r.Tombstoned < size && r.Deleted < size {
 			break
+		}
+		if duty < 1 {
+			took := time.Since(start)
+			pause := time.Duration(float64(took) * (1 - duty) / duty)
+			select {
+			case <-ctx.Done():
+				return st, ctx.Err()
+			case <-time.After(min(pause, maxPrunePause)):
+			}
 		}
 	}
 	return st, nil

@@ -37,3 +37,22 @@ func TestHashedKeysInErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestPruneDutyBounds: a pace outside (0.05, 1] is refused before any
+// statement runs.
+func TestPruneDutyBounds(t *testing.T) {
+	ctx := context.Background()
+	l, err := dburl.Open(ctx, "sqlite:"+filepath.Join(t.TempDir(), "idem.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for _, d := range []float64{-1, 0.01, 1.5} {
+		if _, err := l.Prune(ctx, &idem.PruneOptions{Duty: d}); !errors.Is(err, idem.ErrInvalid) {
+			t.Errorf("Duty %v: %v, want ErrInvalid", d, err)
+		}
+	}
+	if _, err := l.Prune(ctx, &idem.PruneOptions{Duty: 1}); err != nil {
+		t.Errorf("Duty 1: %v", err)
+	}
+}
