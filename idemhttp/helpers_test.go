@@ -20,21 +20,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	http.DefaultClient.Transport = asClient{http.DefaultTransport}
+	http.DefaultClient.Transport = ledgertest.Authenticated(http.DefaultTransport)
 	pgtest.Main(m)
-}
-
-// asClient makes the tests' requests those of one authenticated caller:
-// a guarded request without a credential is refused (AnonymousRefuse).
-// A request that sets Authorization, even to "", keeps what it set.
-type asClient struct{ next http.RoundTripper }
-
-func (a asClient) RoundTrip(r *http.Request) (*http.Response, error) {
-	if _, set := r.Header["Authorization"]; !set {
-		r = r.Clone(r.Context())
-		r.Header.Set("Authorization", "Bearer test-client")
-	}
-	return a.next.RoundTrip(r)
 }
 
 var quiet = slog.New(slog.DiscardHandler)

@@ -5,6 +5,7 @@ package ledgertest
 import (
 	"context"
 	"log/slog"
+	"net/http"
 	"path/filepath"
 	"testing"
 	"time"
@@ -45,4 +46,20 @@ func EachDriver(t *testing.T, fn func(t *testing.T, l *idem.Ledger)) {
 			fn(t, Open(t, name))
 		})
 	}
+}
+
+// Authenticated makes every request through next one authenticated
+// caller's: a keyed request without a credential is refused by default
+// (idemhttp.AnonymousRefuse). A request that sets Authorization, even to
+// "", keeps what it set.
+func Authenticated(next http.RoundTripper) http.RoundTripper { return authenticated{next} }
+
+type authenticated struct{ next http.RoundTripper }
+
+func (a authenticated) RoundTrip(r *http.Request) (*http.Response, error) {
+	if _, set := r.Header["Authorization"]; !set {
+		r = r.Clone(r.Context())
+		r.Header.Set("Authorization", "Bearer test-client")
+	}
+	return a.next.RoundTrip(r)
 }
