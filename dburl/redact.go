@@ -31,12 +31,29 @@ func Redact(s string) string {
 }
 
 // redactURL hides the password in the userinfo of what follows
-// "scheme://" (from) and secret query parameters. The userinfo runs to
-// the last "@": a password may hold an unescaped "@", "/" or "?", and
-// taking too much as userinfo only hides more.
+// "scheme://" (from) and secret query parameters. A userinfo with a
+// password runs to the last "@": the password may hold an unescaped "@",
+// "/" or "?", and taking too much as userinfo only hides more. When that
+// would take in what reads as a query (a "?" followed by "="), the last
+// "@" may be in a query value (?password=p@ss): with no ":" before the
+// query there is no password in a userinfo, so the userinfo, if any, ends
+// at the first "@" before the path or query and the query is redacted as
+// a query; with one (a port, or a password holding "?" and "="), the two
+// readings cannot be told apart and everything after the scheme is hidden.
 func redactURL(s string, from int) string {
 	head, rest := s[:from], s[from:]
-	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
+	at := strings.LastIndexByte(rest, '@')
+	if q := strings.IndexByte(rest, '?'); at >= 0 && q >= 0 && q < at && strings.Contains(rest[q:at], "=") {
+		if c := strings.IndexByte(rest, ':'); c >= 0 && c < q {
+			return head + Hidden
+		}
+		authority := rest
+		if end := strings.IndexAny(rest, "/?"); end >= 0 {
+			authority = rest[:end]
+		}
+		at = strings.IndexByte(authority, '@')
+	}
+	if at >= 0 {
 		user := rest[:at]
 		if c := strings.IndexByte(user, ':'); c >= 0 {
 			user = user[:c+1] + Hidden

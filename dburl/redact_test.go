@@ -21,6 +21,10 @@ func TestRedact(t *testing.T) {
 		{"host=h password = 'S3 CR\\'ET' dbname=d", "host=h password = xxxxx dbname=d"},
 		{"host=h password='S3CRET", "host=h xxxxx"},
 		{"postgres://u@h/db", "postgres://u@h/db"},
+		{"postgres://u@h/db?password=p@ss", "postgres://u@h/db?password=xxxxx"},
+		{"postgres://h/db?sslpassword=ab@cd", "postgres://h/db?sslpassword=xxxxx"},
+		{"postgres://h:5432/db?password=p@ss", "postgres://xxxxx"},                   // a port or a password? hide all
+		{"postgres://u:S3CRET@h:5432/db?user=a@b&password=p@ss", "postgres://xxxxx"}, // likewise
 		{"sqlite:idem.db", "sqlite:idem.db"},
 	} {
 		if got := dburl.Redact(tc.in); got != tc.want {
@@ -39,6 +43,9 @@ func FuzzRedact(f *testing.F) {
 		if len(pw) < 4 || strings.TrimSpace(pw) != pw || strings.ContainsAny(user+host, "@:?&=#/ '\\\x00") || strings.ContainsAny(pw, "\x00") {
 			t.Skip()
 		}
+		// A query value written raw (not escaped) can hold "@" and ":";
+		// only "&", "#" and spaces would end it.
+		raw := !strings.ContainsAny(pw, "&# \t\n\r\f\v")
 		forms := func(pw string) []string {
 			quoted := "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(pw) + "'"
 			out := []string{
@@ -51,6 +58,9 @@ func FuzzRedact(f *testing.F) {
 				"host=" + host + " user=" + user + " password=" + quoted + " dbname=d",
 				"password=" + quoted,
 				"host=" + host + " password=" + strings.NewReplacer(`\`, `\\`, " ", `\ `, "\t", "\\\t", "\n", "\\\n", "\r", "\\\r", "\f", "\\\f", "\v", "\\\v").Replace(pw) + " dbname=d",
+			}
+			if raw {
+				out = append(out, "postgres://"+host+"/db?password="+pw, "postgres://"+user+"@"+host+"/db?sslmode=disable&password="+pw)
 			}
 			return out
 		}
