@@ -1,23 +1,3 @@
-// Package dburl is idem's one parser of database URLs and its one redactor
-// of connection strings. It only reads strings: it imports no database
-// driver, so a program can parse or redact a URL without compiling SQLite
-// or pgx.
-//
-// The accepted forms are:
-//
-//	sqlite, sqlite3                  the SQLite file idem.db (DefaultSQLitePath)
-//	sqlite:PATH, sqlite://PATH       the SQLite file PATH, taken literally
-//	sqlite:PATH?synchronous=normal   with options (after the last "?", when
-//	                                 it is followed by key=value):
-//	                                 synchronous=full|normal, and
-//	                                 library=mattn|modernc (see Open)
-//	postgres://…, postgresql://…     PostgreSQL, as libpq and pgx read it,
-//	                                 multi-host lists (h1:5432,h2:5432) included
-//	host=… dbname=… password='…'     a libpq keyword/value connection string
-//
-// Pool settings in a PostgreSQL URL or keyword string (pool_max_conns and
-// the other names pgxpool reads) are taken out of the connection string
-// into URL.Pool, so the connection string never sends them to the server.
 package dburl
 
 import (

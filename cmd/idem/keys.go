@@ -62,8 +62,8 @@ characters are printed Go-quoted.
   idem keys list --scope acct-1 --json     one tenant's records, for scripts
   idem keys list --key order-42            that key in every scope
 
-Scopes longer than 32 characters (the gateway's hashed scopes are 85) are
-shortened in the table: authorization-sha256:3f9a1c0b2d4e…; --wide or
+Scopes longer than 32 characters (the gateway's keyed hashes are 83) are
+shortened in the table: authorization-hmac:3f9a1c0b2d4e…; --wide or
 --json shows them whole. --key without --scope searches the newest
 100000 records; with --scope it reads the one record.`)
 	db := fs.String("db", "", dbFlagHelp)

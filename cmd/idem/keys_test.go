@@ -154,7 +154,7 @@ func TestKeysListShortScopesAndKeyFilter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	long := "authorization-sha256:" + strings.Repeat("3f9a1c0b", 8)
+	long := "authorization-hmac:" + strings.Repeat("3f9a1c0b", 8)
 	for _, op := range []idem.Op{{Scope: long, Key: "order-42"}, {Scope: "acct-1", Key: "order-42"}, {Scope: "acct-1", Key: "order-43"}} {
 		if _, err := l.Claim(ctx, op); err != nil {
 			t.Fatal(err)
@@ -163,7 +163,7 @@ func TestKeysListShortScopesAndKeyFilter(t *testing.T) {
 	l.Close()
 
 	r := opRun(t, "", "keys", "list", "--db", url).must(t, 0)
-	if strings.Contains(r.stdout, long) || !strings.Contains(r.stdout, "authorization-sha256:3f9a1c0b3f9a… ") {
+	if strings.Contains(r.stdout, long) || !strings.Contains(r.stdout, "authorization-hmac:3f9a1c0b3f9a… ") {
 		t.Errorf("table does not shorten the long scope:\n%s", r.stdout)
 	}
 	for _, line := range strings.Split(r.stdout, "\n") {

@@ -87,7 +87,8 @@ func TestServeStartupHidesTheDBPassword(t *testing.T) {
 		" password='" + secret + "' dbname=" + strings.TrimPrefix(u.Path, "/") + " sslmode=disable"
 	for _, db := range []string{withPW.String(), kw, pg + "&password=" + secret} {
 		for _, format := range []string{"text", "json"} {
-			out, code := serveUntilListening(t, "serve", "--db", db, "--upstream", "http://127.0.0.1:1", "--listen", "127.0.0.1:0", "--log-format", format, "--log-level", "debug")
+			// The upstream carries the password too: its URL is printed.
+			out, code := serveUntilListening(t, "serve", "--db", db, "--upstream", "http://api:"+secret+"@127.0.0.1:1", "--listen", "127.0.0.1:0", "--log-format", format, "--log-level", "debug")
 			if code != 0 || !strings.Contains(out, "listening on") {
 				t.Errorf("serve --db %s: exit %d:\n%s", dburl.Redact(db), code, out)
 			}

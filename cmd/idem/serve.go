@@ -504,7 +504,7 @@ func (c *serveConfig) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr 
 
 	addr := ln.Addr().String()
 	if c.demo {
-		fmt.Fprintf(stdout, "idem serve: a demo payments API runs on %s behind the gateway on http://%s\n\n", c.upstreamURL, addr)
+		fmt.Fprintf(stdout, "idem serve: a demo payments API runs on %s behind the gateway on http://%s\n\n", c.upstreamURL.Redacted(), addr)
 		fmt.Fprintf(stdout, "Try, in another terminal:\n")
 		fmt.Fprintf(stdout, "  curl -si -X POST %s/charges -H 'Idempotency-Key: order-42' -d '{\"amount\":1000}'   # 201, charged once\n", addr)
 		fmt.Fprintf(stdout, "  curl -si -X POST %s/charges -H 'Idempotency-Key: order-42' -d '{\"amount\":1000}'   # the same 201, Idempotent-Replayed: true\n", addr)
@@ -525,7 +525,7 @@ func (c *serveConfig) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr 
 		anon += fmt.Sprintf("; %d routes from %s, SIGHUP reloads it", len(c.routes), c.configFile)
 	}
 	fmt.Fprintf(stderr, "idem serve: listening on http://%s, forwarding to %s, ledger %s (lease %v, retention %v%s)\n",
-		addr, c.upstreamURL, dburl.Redact(c.db), c.lease, c.retention, anon)
+		addr, c.upstreamURL.Redacted(), dburl.Redact(c.db), c.lease, c.retention, anon)
 	select {
 	case <-ctx.Done():
 	case err := <-failed:
