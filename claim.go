@@ -174,13 +174,12 @@ func judge(op Op, r idemtype.Record) verdict {
 	}
 }
 
-func (l *Ledger) decide(ctx context.Context, ex driver.Executor, op Op, p driver.ClaimParams, found idemtype.Record) (*Claim, error) {
-	r := found
+func (l *Ledger) decide(ctx context.Context, ex driver.Executor, op Op, p driver.ClaimParams, r idemtype.Record) (*Claim, error) {
 	v := judge(op, r)
 	switch v {
 	case takeFresh, takeStale, askStale, parkStale:
 		rec, err := l.drv.Takeover(ctx, ex, driver.TakeoverParams{
-			ClaimParams: p, FromState: found.State, FromAttempt: found.Attempt, Park: v == parkStale,
+			ClaimParams: p, FromState: r.State, FromAttempt: r.Attempt, Park: v == parkStale,
 		})
 		if err != nil {
 			return nil, err // ErrConflict: someone moved first; the caller reads again
@@ -192,7 +191,7 @@ func (l *Ledger) decide(ctx context.Context, ex driver.Executor, op Op, p driver
 			l.logOp(ctx, slog.LevelWarn, "stale claim parked", op, rec.Attempt)
 			return &Claim{Outcome: Parked, Op: op, Record: rec}, nil
 		}
-		l.logOp(ctx, slog.LevelWarn, "stale claim reclaimed", op, rec.Attempt, slog.Int64("previous_attempt", found.Attempt))
+		l.logOp(ctx, slog.LevelWarn, "stale claim reclaimed", op, rec.Attempt, slog.Int64("previous_attempt", r.Attempt))
 		c := l.held(Reclaimed, op, p.LeaseID, rec)
 		if v == askStale {
 			return l.reconcileStale(ctx, ex, c)

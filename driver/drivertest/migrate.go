@@ -1,29 +1,42 @@
 package drivertest
 
 import (
+	"context"
 	"testing"
 
 	"github.com/idemdev/idem"
 )
 
-// testCloseTwice: closing a ledger again returns at once.
+// testCloseTwice: closing a ledger again returns at once, and a claim
+// after Close fails at once (even one that no context would end), with
+// group commit on and off.
 func testCloseTwice(t *testing.T, s *suite) {
-	f := s.setup(t)
-	l := f.open(nil)
-	if _, err := l.Claim(f.ctx, idem.Op{Key: "k"}); err != nil {
-		t.Fatal(err)
-	}
-	l.Close()
-	done := make(chan struct{})
-	go func() { l.Close(); close(done) }()
-	waitFor(t, "a second Close to return", func() bool {
-		select {
-		case <-done:
-			return true
-		default:
-			return false
+	for _, batch := range []int{0, -1} {
+		f := s.setup(t)
+		l := f.open(&idem.Options{MaxBatch: batch})
+		if _, err := l.Claim(f.ctx, idem.Op{Key: "k"}); err != nil {
+			t.Fatal(err)
 		}
-	})
+		l.Close()
+		done := make(chan error)
+		go func() {
+			l.Close()
+			_, err := l.Claim(context.WithoutCancel(f.ctx), idem.Op{Key: "k2"})
+			done <- err
+		}()
+		var err error
+		waitFor(t, "a second Close and a claim after it to return", func() bool {
+			select {
+			case err = <-done:
+				return true
+			default:
+				return false
+			}
+		})
+		if err == nil {
+			t.Errorf("MaxBatch %d: a claim after Close succeeded", batch)
+		}
+	}
 }
 
 // testMigrate: the schema is applied on open, once, even by many openers

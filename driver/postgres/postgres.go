@@ -122,7 +122,7 @@ func (d *Driver) Begin(ctx context.Context) (*sql.Tx, func(), error) {
 // Executor adapts a caller's transaction: a pgx.Tx, or a *sql.Tx from any
 // pool on the same database.
 func (d *Driver) Executor(tx any) (driver.Executor, error) {
-	if t, ok := tx.(pgx.Tx); ok && t != nil {
+	if t, ok := tx.(pgx.Tx); ok {
 		return pgxExecutor{t}, nil
 	}
 	return driver.SQLTx("postgres", tx)
@@ -152,6 +152,9 @@ func (d *Driver) Migrate(ctx context.Context) ([]driver.Migration, error) {
 // Close waits for the group commits in flight, then closes the committers'
 // connections and the pool.
 func (d *Driver) Close() error {
+	if d.pool == nil {
+		return nil // New was given no pool: nothing was opened
+	}
 	d.stopGroupCommit()
 	err := d.db.Close()
 	if d.closePool {

@@ -150,6 +150,9 @@ func (d *Driver) Takeover(ctx context.Context, q driver.Executor, p driver.Takeo
 // fenced is the predicate of every write a holder makes.
 const fenced = `scope = ?2 AND key = ?3 AND attempt = ?4 AND lease_id = ?5 AND state = 'in_progress' AND lease_until > ?1`
 
+// fencedArgs is how many parameters fenced reads: the clock and the fence.
+const fencedArgs = 5
+
 // Heartbeat extends a held lease.
 func (d *Driver) Heartbeat(ctx context.Context, f driver.Fence, lease time.Duration) (time.Time, error) {
 	now := d.nowMS()
@@ -194,14 +197,18 @@ func resultArgs(args []any, st idemtype.State, status int, meta, body []byte) []
 
 func param(n int) string { return "?" + strconv.Itoa(n) }
 
+// finishQuery is Finish's statement, built once.
+var finishQuery = `UPDATE idem_keys SET ` + finishSet(fencedArgs+1) + ` WHERE ` + fenced
+
 // Finish ends a held claim, in the caller's transaction unless q is
 // driver.Shared.
 func (d *Driver) Finish(ctx context.Context, q driver.Executor, p driver.FinishParams) error {
 	var n int64
-	args := []any{d.nowMS(), p.Scope, p.Key, p.Attempt, p.LeaseID}
+	args := make([]any, 0, fencedArgs+4)
+	args = append(args, d.nowMS(), p.Scope, p.Key, p.Attempt, p.LeaseID)
 	err := d.gc.Write(ctx, q, &groupcommit.Write{
 		Key:   p.Scope + "\x00" + p.Key,
-		Query: `UPDATE idem_keys SET ` + finishSet(len(args)+1) + ` WHERE ` + fenced,
+		Query: finishQuery,
 		Args:  resultArgs(args, p.State, p.Status, p.Meta, p.Body),
 		Exec:  func(rows int64) error { n = rows; return nil },
 	})

@@ -117,11 +117,13 @@ func (d *Driver) Setup(ctx context.Context, cfg driver.Config) error {
 	d.w = newWriter(conn)
 	if err := d.checkPool(ctx); err != nil {
 		d.w.close()
+		d.w = nil // not set up: a later Setup tries again
 		return err
 	}
 	if !cfg.NoMigrate {
 		if _, err := d.Migrate(ctx); err != nil {
 			d.w.close()
+			d.w = nil
 			return err
 		}
 	}

@@ -17,18 +17,36 @@ import (
 type writer struct {
 	sem       chan struct{}
 	conn      *sql.Conn
+	ex        driver.Executor // conn
+	closed    chan struct{}   // closed by close: later statements fail at once
 	closeOnce sync.Once
 	closeErr  error
 }
 
 func newWriter(conn *sql.Conn) *writer {
-	return &writer{sem: make(chan struct{}, 1), conn: conn}
+	return &writer{sem: make(chan struct{}, 1), conn: conn, ex: driver.SQL(conn), closed: make(chan struct{})}
 }
+
+// errClosed answers a statement sent after Close.
+var errClosed = errors.New("sqlite: database closed")
 
 func (w *writer) lock(ctx context.Context) error {
 	select {
+	case <-w.closed:
+		return errClosed
+	default:
+	}
+	select {
 	case w.sem <- struct{}{}:
-		return nil
+		select {
+		case <-w.closed: // close took the writer and gave it up for good
+			<-w.sem
+			return errClosed
+		default:
+			return nil
+		}
+	case <-w.closed:
+		return errClosed
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -41,7 +59,9 @@ func (w *writer) unlock() { <-w.sem }
 func (w *writer) close() error {
 	w.closeOnce.Do(func() {
 		w.sem <- struct{}{}
+		close(w.closed)
 		w.closeErr = w.conn.Close()
+		<-w.sem // a waiter that takes it sees closed and gives it back
 	})
 	return w.closeErr
 }
@@ -52,7 +72,7 @@ func (w *writer) Exec(ctx context.Context, query string, args ...any) (int64, er
 		return 0, err
 	}
 	defer w.unlock()
-	return driver.SQL(w.conn).Exec(ctx, query, args...)
+	return w.ex.Exec(ctx, query, args...)
 }
 
 // Query runs one statement on the writer, which stays taken until the rows
@@ -119,7 +139,7 @@ type wtx struct {
 	done bool
 }
 
-func (t *wtx) ex() driver.Executor { return driver.SQL(t.w.conn) }
+func (t *wtx) ex() driver.Executor { return t.w.ex }
 
 func (t *wtx) Exec(ctx context.Context, query string, args ...any) (int64, error) {
 	return t.ex().Exec(ctx, query, args...)
