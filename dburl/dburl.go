@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -131,21 +132,12 @@ func parseSQLite(rest string) (URL, error) {
 		if !known {
 			return URL{}, fmt.Errorf("dburl: unknown sqlite option %q (known: synchronous, library)", k)
 		}
-		if len(v) != 1 || !contains(allowed, strings.ToLower(v[0])) {
+		if len(v) != 1 || !slices.Contains(allowed, strings.ToLower(v[0])) {
 			return URL{}, fmt.Errorf("dburl: sqlite option %s: want one of %s", k, strings.Join(allowed, ", "))
 		}
 	}
 	u.Options = q
 	return u, nil
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // parsePostgresURL takes the pool settings out of a postgres:// URL.

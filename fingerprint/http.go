@@ -55,40 +55,81 @@ type Request struct {
 // an error wrapping ErrInvalidPointer. The format is versioned
 // ("idemhttp/v1"): stored fingerprints depend on it.
 func HTTPInput(r Request, exclude []string) (string, error) {
-	body, err := httpBody(r, exclude)
+	h, err := NewHTTP(exclude)
+	if err != nil {
+		return "", err
+	}
+	return h.Input(r)
+}
+
+// HTTP returns the fingerprint of r: HTTPScheme, a colon and the lowercase
+// hex SHA-256 of HTTPInput(r, exclude).
+func HTTP(r Request, exclude []string) (string, error) {
+	h, err := NewHTTP(exclude)
+	if err != nil {
+		return "", err
+	}
+	return h.Sum(r)
+}
+
+// HTTPHasher fingerprints HTTP requests under one set of exclusions,
+// checked and parsed once: a server makes one at start and uses it for
+// every request (HTTP and HTTPInput make one per call). It is safe for
+// concurrent use.
+type HTTPHasher struct {
+	opts       []Option        // the JSON exclusions
+	formFields map[string]bool // form fields the top-level pointers name
+}
+
+// NewHTTP checks exclude (RFC 6901 JSON Pointers, as for Exclude; an
+// invalid one is an error wrapping ErrInvalidPointer) and returns a hasher
+// for it.
+func NewHTTP(exclude []string) (*HTTPHasher, error) {
+	h := &HTTPHasher{formFields: map[string]bool{}}
+	for _, s := range exclude {
+		h.opts = append(h.opts, Exclude(s))
+		// A top-level pointer ("/name", with RFC 6901 escapes; "/*" names a
+		// field literally named "*": form fields have no wildcard) also
+		// names a form field.
+		if p, err := parsePointer(s, nil); err == nil && len(p) == 1 {
+			h.formFields[p[0].name] = true
+		}
+	}
+	if len(h.opts) > 0 {
+		if _, err := Canonicalize([]byte("{}"), h.opts...); err != nil {
+			return nil, err // a bad pointer is an error whatever the body
+		}
+	}
+	return h, nil
+}
+
+// Input returns the text whose SHA-256 is the fingerprint of r (see
+// HTTPInput).
+func (h *HTTPHasher) Input(r Request) (string, error) {
+	body, err := h.body(r)
 	if err != nil {
 		return "", err
 	}
 	return "idemhttp/v1\n" + r.Method + "\n" + r.Path + "\n" + r.RawQuery + "\n" + body, nil
 }
 
-// HTTP returns the fingerprint of r: HTTPScheme, a colon and the lowercase
-// hex SHA-256 of HTTPInput(r, exclude).
-func HTTP(r Request, exclude []string) (string, error) {
-	in, err := HTTPInput(r, exclude)
+// Sum returns the fingerprint of r (see HTTP).
+func (h *HTTPHasher) Sum(r Request) (string, error) {
+	in, err := h.Input(r)
 	if err != nil {
 		return "", err
 	}
 	return digest(HTTPScheme, []byte(in)), nil
 }
 
-// httpBody returns the body fingerprint of HTTPInput.
-func httpBody(r Request, exclude []string) (string, error) {
-	opts := make([]Option, len(exclude))
-	for i, p := range exclude {
-		opts[i] = Exclude(p)
-	}
-	if len(opts) > 0 {
-		if _, err := Canonicalize([]byte("{}"), opts...); err != nil {
-			return "", err // a bad pointer is an error whatever the body
-		}
-	}
+// body returns the body fingerprint of Input.
+func (h *HTTPHasher) body(r Request) (string, error) {
 	if len(r.Body) == 0 {
 		return "empty", nil
 	}
 	mt := r.MediaType
 	if mt == "application/json" || strings.HasSuffix(mt, "+json") {
-		fp, err := Sum(r.Body, opts...)
+		fp, err := Sum(r.Body, h.opts...)
 		if err != nil {
 			return "", fmt.Errorf("Content-Type is %s but the body is not JSON: %w", mt, err)
 		}
@@ -98,7 +139,7 @@ func httpBody(r Request, exclude []string) (string, error) {
 	// nothing; JSON is recognised by its shape, so white space and key
 	// order still do not matter.
 	if t := bytes.TrimLeft(r.Body, " \t\r\n"); len(t) > 0 && (t[0] == '{' || t[0] == '[') {
-		if fp, err := Sum(r.Body, opts...); err == nil {
+		if fp, err := Sum(r.Body, h.opts...); err == nil {
 			return fp, nil
 		}
 	}
@@ -111,7 +152,7 @@ func httpBody(r Request, exclude []string) (string, error) {
 	if form != nil {
 		vals := url.Values{}
 		for k, v := range form {
-			if !excludesField(exclude, k) {
+			if !h.formFields[k] {
 				vals[k] = v
 			}
 		}
@@ -119,16 +160,4 @@ func httpBody(r Request, exclude []string) (string, error) {
 		return "form-sha256:" + hex.EncodeToString(sum[:]), nil
 	}
 	return Bytes(r.Body), nil
-}
-
-// excludesField reports whether one of the pointers names the top-level
-// form field name: "/name", with RFC 6901 escapes ("/*" names a field
-// literally named "*": form fields have no wildcard).
-func excludesField(exclude []string, name string) bool {
-	for _, s := range exclude {
-		if p, err := parsePointer(s, nil); err == nil && len(p) == 1 && p[0].name == name {
-			return true
-		}
-	}
-	return false
 }

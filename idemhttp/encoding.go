@@ -66,13 +66,15 @@ func normalCoding(c string) string {
 }
 
 // decoder returns a reader of body without its content coding, or nil if
-// the coding is one the middleware does not decode.
+// the coding is one the middleware does not decode, or a body that does
+// not even start as that coding says: it then goes out as stored, labelled
+// with its coding, rather than empty.
 func decoder(coding string, body []byte) io.ReadCloser {
 	switch normalCoding(coding) {
 	case "gzip":
 		zr, err := gzip.NewReader(bytes.NewReader(body))
 		if err != nil {
-			return io.NopCloser(bytes.NewReader(nil))
+			return nil
 		}
 		return zr
 	case "deflate": // zlib-wrapped per RFC 9110; some servers send raw deflate

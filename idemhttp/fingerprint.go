@@ -36,10 +36,10 @@ const formType = fingerprint.FormMediaType
 // requestFingerprint hashes what makes r the request it is: method, path,
 // query and body (form is the body parsed as a form, or nil).
 func (c *config) requestFingerprint(r *http.Request, body []byte, mt string, form url.Values) (string, error) {
-	fp, err := fingerprint.HTTP(fingerprint.Request{
+	fp, err := c.fingerprint.Sum(fingerprint.Request{
 		Method: r.Method, Path: r.URL.EscapedPath(), RawQuery: r.URL.RawQuery,
 		MediaType: mt, Body: body, Form: form,
-	}, c.exclude)
+	})
 	if err != nil {
 		return "", fmt.Errorf("%w: %v", errBadBody, err)
 	}

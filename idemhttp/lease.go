@@ -17,9 +17,9 @@ import (
 
 // serveLease is the lease-bound mode: claim, run the handler under a
 // heartbeated lease, record, answer.
-func (g *guard) serveLease(w http.ResponseWriter, r *http.Request, next http.Handler, op idem.Op) {
-	start := time.Now()
-	deadline := start.Add(g.cfg.waitTimeout)
+// start is when the middleware took the request, for AddedLatency.
+func (g *guard) serveLease(w http.ResponseWriter, r *http.Request, next http.Handler, op idem.Op, start time.Time) {
+	deadline := time.Now().Add(g.cfg.waitTimeout)
 	for {
 		ctx, cancel := detached(r)
 		c, err := g.l.Claim(ctx, op)

@@ -97,6 +97,7 @@ func newGuard(l *idem.Ledger, opts *Options, tx bool) (func(http.Handler) http.H
 }
 
 func (g *guard) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	start := time.Now() // AddedLatency counts from here: body, scope, fingerprint, claim, record
 	if !g.cfg.methods[r.Method] {
 		g.pass(w, r, next)
 		return
@@ -107,11 +108,7 @@ func (g *guard) serve(w http.ResponseWriter, r *http.Request, next http.Handler)
 			Detail: "The server is handling as many guarded requests as it allows; nothing was done. Retry with the same key.", RetryAfter: 1})
 		return
 	}
-	p, prob := g.cfg.prepare(r, func() ([]byte, error) {
-		ctx, cancel := detached(r)
-		defer cancel()
-		return g.secret.get(ctx, g.l)
-	})
+	p, prob := g.cfg.prepare(r, func() ([]byte, error) { return g.secret.get(r, g.l) })
 	if prob != nil {
 		done()
 		WriteProblem(w, *prob)
@@ -126,7 +123,7 @@ func (g *guard) serve(w http.ResponseWriter, r *http.Request, next http.Handler)
 	if g.tx {
 		g.serveTx(w, r, next, g.cfg.op(p))
 	} else {
-		g.serveLease(w, r, next, g.cfg.op(p))
+		g.serveLease(w, r, next, g.cfg.op(p), start)
 	}
 }
 

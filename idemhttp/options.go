@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
@@ -209,9 +208,9 @@ type config struct {
 	waitTimeout  time.Duration
 	maxInFlight  int
 	serverErrors ServerErrorPolicy
-	release      map[int]bool    // statuses that release the key
-	allow        map[string]bool // canonical header names
-	exclude      []string        // JSON Pointers, for fingerprint.HTTP
+	release      map[int]bool            // statuses that release the key
+	allow        map[string]bool         // canonical header names
+	fingerprint  *fingerprint.HTTPHasher // Exclude, parsed once
 	docsURL      string
 	recordFailed func()
 	addedLatency func(time.Duration)
@@ -316,8 +315,7 @@ func newConfig(opts *Options) (*config, error) {
 		}
 		c.allow[name] = true
 	}
-	c.exclude = slices.Clone(o.Exclude)
-	if _, err := fingerprint.HTTP(fingerprint.Request{}, c.exclude); err != nil {
+	if c.fingerprint, err = fingerprint.NewHTTP(o.Exclude); err != nil {
 		bad("Exclude", "%v", err)
 	}
 	if len(errs) > 0 {

@@ -1,7 +1,6 @@
 package idemhttp
 
 import (
-	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -9,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 
 	"github.com/idemdev/idem"
 )
@@ -99,22 +99,29 @@ type scopeSecretKey struct{}
 // scopeSecret loads the ledger's scope secret once, creating it if the
 // database has none. A failure is not cached: the next request tries again.
 type scopeSecret struct {
-	mu  sync.Mutex
-	key []byte
+	key atomic.Pointer[[]byte] // set once loaded: every later request reads it without a lock
+	mu  sync.Mutex             // one load at a time
 }
 
-func (s *scopeSecret) get(ctx context.Context, l *idem.Ledger) ([]byte, error) {
+// get returns the secret, loading it on r's behalf (detached from the
+// client) only the first time.
+func (s *scopeSecret) get(r *http.Request, l *idem.Ledger) ([]byte, error) {
+	if k := s.key.Load(); k != nil {
+		return *k, nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.key != nil {
-		return s.key, nil
+	if k := s.key.Load(); k != nil {
+		return *k, nil
 	}
+	ctx, cancel := detached(r)
+	defer cancel()
 	fresh := make([]byte, 32)
 	rand.Read(fresh)
 	key, err := l.Driver().Secret(ctx, scopeSecretName, fresh)
 	if err != nil {
 		return nil, fmt.Errorf("idemhttp: scope secret: %w", err)
 	}
-	s.key = key
+	s.key.Store(&key)
 	return key, nil
 }

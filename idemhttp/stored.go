@@ -32,7 +32,7 @@ func (c *config) storedResult(status int, h http.Header, body []byte) idem.Resul
 	m := storedMeta{V: 1, Header: http.Header{}}
 	for name, vals := range h {
 		if name := http.CanonicalHeaderKey(name); c.allow[name] || name == "Content-Encoding" { // see encoding.go
-			m.Header[http.CanonicalHeaderKey(name)] = vals
+			m.Header[name] = vals
 		}
 	}
 	meta, _ := json.Marshal(m)
