@@ -53,3 +53,10 @@ type Size struct {
 	// How names how Ledger was measured.
 	How string
 }
+
+// ScanFilledKey reads one (scope, key) row.
+func ScanFilledKey(r Row) (FilledKey, error) {
+	var k FilledKey
+	err := r.Scan(&k.Scope, &k.Key)
+	return k, err
+}

@@ -36,18 +36,11 @@ func (d *Driver) FillCompleted(ctx context.Context, p driver.FillParams) ([]driv
 		if err != nil {
 			return nil, fmt.Errorf("postgres: fill: %w", err)
 		}
-		for rows.Next() {
-			var k driver.FilledKey
-			if err := rows.Scan(&k.Scope, &k.Key); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("postgres: fill: %w", err)
-			}
-			out = append(out, k)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		keys, err := driver.ScanAll(rows, driver.ScanFilledKey)
+		if err != nil {
 			return nil, fmt.Errorf("postgres: fill: %w", err)
 		}
+		out = append(out, keys...)
 	}
 	// Fresh statistics, as autovacuum would gather them soon after a fill
 	// this size: the planner must not plan for an empty table.

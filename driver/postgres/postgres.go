@@ -142,7 +142,7 @@ func (d *Driver) Migrate(ctx context.Context) ([]driver.Migration, error) {
 	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(7152380910)`); err != nil {
 		return nil, fmt.Errorf("postgres: migrate lock: %w", err)
 	}
-	added, err := driver.ApplyMigrations(ctx, tx, d.migs, Rebind)
+	added, err := driver.ApplyMigrations(ctx, driver.SQL(tx), d.migs, Rebind)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}

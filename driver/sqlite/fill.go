@@ -59,16 +59,11 @@ func (d *Driver) FillCompleted(ctx context.Context, p driver.FillParams) ([]driv
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: fill: sample: %w", err)
 	}
-	defer rows.Close()
-	var out []driver.FilledKey
-	for rows.Next() {
-		var k driver.FilledKey
-		if err := rows.Scan(&k.Scope, &k.Key); err != nil {
-			return nil, fmt.Errorf("sqlite: fill: sample: %w", err)
-		}
-		out = append(out, k)
+	out, err := driver.ScanAll(rows, driver.ScanFilledKey)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: fill: sample: %w", err)
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // LedgerSize sums the pages of idem_keys and its indexes from the dbstat

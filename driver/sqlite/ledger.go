@@ -277,14 +277,9 @@ func (d *Driver) List(ctx context.Context, f idemtype.ListFilter) ([]idemtype.Re
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: list: %w", err)
 	}
-	defer rows.Close()
-	var out []idemtype.Record
-	for rows.Next() {
-		rec, err := scanRecord(rows, now)
-		if err != nil {
-			return nil, fmt.Errorf("sqlite: list: %w", err)
-		}
-		out = append(out, rec)
+	out, err := driver.ScanAll(rows, func(r driver.Row) (idemtype.Record, error) { return scanRecord(r, now) })
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: list: %w", err)
 	}
-	return out, rows.Err()
+	return out, nil
 }

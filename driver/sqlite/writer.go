@@ -153,21 +153,6 @@ func (t *wtx) QueryRow(ctx context.Context, query string, args ...any) driver.Ro
 	return t.ex().QueryRow(ctx, query, args...)
 }
 
-// ExecContext lets the migration runner use the transaction.
-func (t *wtx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	return t.w.conn.ExecContext(ctx, query, args...)
-}
-
-// QueryContext lets the migration runner use the transaction.
-func (t *wtx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	return t.w.conn.QueryContext(ctx, query, args...)
-}
-
-// QueryRowContext lets the migration runner use the transaction.
-func (t *wtx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	return t.w.conn.QueryRowContext(ctx, query, args...)
-}
-
 // Commit commits and gives the writer back. A failed COMMIT is rolled back,
 // so the connection is never left inside a transaction.
 func (t *wtx) Commit() error {
