@@ -48,6 +48,12 @@ const (
 	GroupScale       = "scale"       // a ledger holding Keys records vs an empty one; pruning under load
 )
 
+// The bounds of Options.Keys.
+const (
+	MinKeys = 100
+	MaxKeys = 1_000_000_000
+)
+
 // Groups lists every row group.
 var Groups = []string{GroupLedger, GroupGroupCommit, GroupJobs, GroupGateway, GroupSQLite, GroupScale}
 
@@ -168,8 +174,8 @@ func Run(ctx context.Context, opts *Options) ([]Result, error) {
 		o.Groups = DefaultGroups
 	}
 	o.Keys = cmp.Or(o.Keys, DefaultKeys)
-	if o.Keys < 100 || o.Keys > 1_000_000_000 {
-		return nil, fmt.Errorf("bench: keys %d is outside [100, 1e9]", o.Keys)
+	if o.Keys < MinKeys || o.Keys > MaxKeys {
+		return nil, fmt.Errorf("bench: keys %d is outside [%d, %d]", o.Keys, MinKeys, MaxKeys)
 	}
 	for _, g := range o.Groups {
 		if !slices.Contains(Groups, g) {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -246,7 +247,7 @@ func (r *runner) handDB(l *idem.Ledger) *sql.DB {
 	if err := l.DB().QueryRow(`PRAGMA database_list`).Scan(&seq, &name, &file); err != nil {
 		return l.DB() // the baseline then measures the shared pool; the row still runs
 	}
-	drv, err := dburl.OpenDriver(context.Background(), "sqlite:"+file+"?synchronous="+r.db.sync)
+	drv, err := dburl.OpenDriver(context.Background(), dburl.URL{Driver: dburl.SQLite, Path: file, Options: url.Values{"synchronous": {r.db.sync}}}.String())
 	if err != nil {
 		return l.DB()
 	}

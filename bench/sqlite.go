@@ -3,7 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
-	"strings"
+	"net/url"
 
 	"github.com/idemdev/idem/dburl"
 )
@@ -22,7 +22,7 @@ func (r *runner) sqliteRows(ctx context.Context) ([]Result, error) {
 		if err != nil {
 			return out, err
 		}
-		modernc, moderncScope, done2, err := r.openLedgerURL(ctx, func(u string) string { return withOption(u, "library=modernc") })
+		modernc, moderncScope, done2, err := r.openLedgerURL(ctx, withLibrary("modernc"))
 		if err != nil {
 			done()
 			return out, err
@@ -42,10 +42,17 @@ func (r *runner) sqliteRows(ctx context.Context) ([]Result, error) {
 	return out, nil
 }
 
-// withOption adds one option to a sqlite: URL.
-func withOption(url, opt string) string {
-	if strings.Contains(url, "?") {
-		return url + "&" + opt
+// withLibrary rewrites a sqlite: URL to open its file with lib.
+func withLibrary(lib string) func(string) string {
+	return func(s string) string {
+		u, err := dburl.Parse(s)
+		if err != nil {
+			return s // Open reports it
+		}
+		if u.Options == nil {
+			u.Options = url.Values{}
+		}
+		u.Options.Set("library", lib)
+		return u.String()
 	}
-	return url + "?" + opt
 }

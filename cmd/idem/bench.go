@@ -87,8 +87,8 @@ See docs/performance.md.`)
 	if err != nil {
 		return usageError(fs, stderr, "%v", err)
 	}
-	if *keys < 100 || *keys > 1_000_000_000 {
-		return usageError(fs, stderr, "--keys %d: want 100…1000000000", *keys)
+	if *keys < bench.MinKeys || *keys > bench.MaxKeys {
+		return usageError(fs, stderr, "--keys %d: want %d…%d", *keys, bench.MinKeys, bench.MaxKeys)
 	}
 	opts := &bench.Options{DB: spec, Duration: *dur, Concurrency: cs, Groups: groups, Keys: *keys, Progress: stderr}
 	if *dur < 100*time.Millisecond || *dur > time.Hour {
