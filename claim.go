@@ -39,6 +39,9 @@ type Claim struct {
 	Result Result
 
 	leaseID int64
+	// sent is when the claim was asked for: its lease can have started no
+	// earlier, so keep-alive counts the lease from here.
+	sent time.Time
 }
 
 // maxClaimRetries bounds the read-decide-swap loop. Each retry means another
@@ -89,6 +92,7 @@ func (l *Ledger) claimObserved(ctx context.Context, ex driver.Executor, op Op) (
 	c, err := l.claim(ctx, ex, op)
 	ev := Event{Kind: EventClaim, Op: op, Took: time.Since(start), Err: err}
 	if c != nil {
+		c.sent = start
 		ev.Outcome, ev.Attempt = c.Outcome, c.Record.Attempt
 	} else if ce := (*ConflictError)(nil); errors.As(err, &ce) {
 		ev.Outcome, ev.Attempt = ce.Outcome, ce.Record.Attempt

@@ -135,7 +135,8 @@ func (l *Ledger) run(ctx context.Context, c *Claim, fn Func) (res Result, err er
 // longer be trusted.
 func (l *Ledger) keepAlive(ctx context.Context, c *Claim, cancel context.CancelCauseFunc) (stop func()) {
 	return keepalive.Start(ctx, keepalive.Config{
-		Lease: c.Op.Lease,
+		Lease:   c.Op.Lease,
+		Granted: c.sent,
 		// On SQLite a heartbeat waits for the writer that fn's transaction
 		// holds; stop cancels the wait.
 		Heartbeat: func(ctx context.Context) error { return l.Heartbeat(ctx, c) },

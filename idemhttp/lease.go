@@ -22,10 +22,11 @@ func (g *guard) serveLease(w http.ResponseWriter, r *http.Request, next http.Han
 	deadline := time.Now().Add(g.cfg.waitTimeout)
 	for {
 		ctx, cancel := detached(r)
+		sent := time.Now() // the lease starts no earlier
 		c, err := g.l.Claim(ctx, op)
 		cancel()
 		if err == nil && c.Outcome.Held() {
-			if took := g.runLease(w, r, next, c); took > 0 && g.cfg.addedLatency != nil {
+			if took := g.runLease(w, r, next, c, sent); took > 0 && g.cfg.addedLatency != nil {
 				g.cfg.addedLatency(max(time.Since(start)-took, 0))
 			}
 			return
@@ -40,11 +41,11 @@ func (g *guard) serveLease(w http.ResponseWriter, r *http.Request, next http.Han
 
 // runLease runs the handler under c and settles the key; it returns how long
 // a forwarded call's upstream took (0 for a handler).
-func (g *guard) runLease(w http.ResponseWriter, r *http.Request, next http.Handler, c *idem.Claim) (upstream time.Duration) {
+func (g *guard) runLease(w http.ResponseWriter, r *http.Request, next http.Handler, c *idem.Claim, sent time.Time) (upstream time.Duration) {
 	ctl := &control{claim: c}
 	ctx, cancel := context.WithCancelCause(context.WithValue(r.Context(), controlKey{}, ctl))
 	defer cancel(nil)
-	stop := g.keepAlive(context.WithoutCancel(r.Context()), c, cancel)
+	stop := g.keepAlive(context.WithoutCancel(r.Context()), c, sent, cancel)
 	rec := newRecorder(w, g.cfg.maxResponse, true)
 	rec.proxy = g.fwd != nil
 	defer rec.close()
@@ -142,9 +143,10 @@ func (g *guard) complete(ctx context.Context, tx *sql.Tx, c *idem.Claim, res ide
 // and cancels the handler's context with idem.ErrLeaseLost once the lease
 // is lost (the process paused past its lease and another took the key) or
 // can no longer be trusted (no heartbeat got through for a whole lease).
-func (g *guard) keepAlive(ctx context.Context, c *idem.Claim, lost context.CancelCauseFunc) (stop func()) {
+func (g *guard) keepAlive(ctx context.Context, c *idem.Claim, sent time.Time, lost context.CancelCauseFunc) (stop func()) {
 	return keepalive.Start(ctx, keepalive.Config{
 		Lease:     c.Op.Lease,
+		Granted:   sent,
 		Heartbeat: func(ctx context.Context) error { return g.l.Heartbeat(ctx, c) },
 		Fenced:    func(err error) bool { return errors.Is(err, idem.ErrLeaseLost) },
 		Lost:      func(error) { lost(fmt.Errorf("idemhttp: %w", idem.ErrLeaseLost)) },
