@@ -141,8 +141,8 @@ func (d *Driver) pragmas(ctx context.Context, conn *sql.Conn) error {
 	if file == "" {
 		return errors.New("sqlite: in-memory or temporary database: the ledger must outlive the process; open a file")
 	}
-	var mode string
-	if err := conn.QueryRowContext(ctx, `PRAGMA journal_mode = WAL`).Scan(&mode); err != nil {
+	mode, err := walMode(ctx, conn)
+	if err != nil {
 		return fmt.Errorf("sqlite: journal_mode: %w", err)
 	}
 	if !strings.EqualFold(mode, "wal") {
@@ -165,6 +165,30 @@ func (d *Driver) pragmas(ctx context.Context, conn *sql.Conn) error {
 		}
 	}
 	return nil
+}
+
+// walBusyFor bounds how long walMode retries a busy database.
+const walBusyFor = 10 * time.Second
+
+// walMode switches the file to WAL and returns the journal mode now in
+// force. The switch takes an exclusive lock for which SQLite does not call
+// the busy handler, so several processes opening a new file at once can
+// get SQLITE_BUSY from it: walMode retries that, with backoff, for up to
+// walBusyFor (the busy_timeout the driver sets).
+func walMode(ctx context.Context, conn *sql.Conn) (string, error) {
+	deadline := time.Now().Add(walBusyFor)
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		var mode string
+		err := conn.QueryRowContext(ctx, `PRAGMA journal_mode = WAL`).Scan(&mode)
+		if err == nil || !strings.Contains(err.Error(), "database is locked") || time.Now().After(deadline) {
+			return mode, err
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(wait):
+		}
+	}
 }
 
 // checkPool reads the durability of the pool's other connections, which
