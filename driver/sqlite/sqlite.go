@@ -71,6 +71,9 @@ type Driver struct {
 	now     func() time.Time
 	migs    []driver.Migration
 	gc      *groupcommit.Writer
+	// vacuum: the file is in auto_vacuum=INCREMENTAL mode (a file made by
+	// this driver; older ones are not until VACUUMed once).
+	vacuum bool
 }
 
 // New makes a driver on db, a pool opened with any database/sql SQLite
@@ -141,6 +144,13 @@ func (d *Driver) pragmas(ctx context.Context, conn *sql.Conn) error {
 	if file == "" {
 		return errors.New("sqlite: in-memory or temporary database: the ledger must outlive the process; open a file")
 	}
+	// A new file gives back to the file system what the retention sweep
+	// frees (Prune runs incremental_vacuum). The mode can be chosen only
+	// before the first table: on an older file this is a no-op, read back
+	// below.
+	if _, err := conn.ExecContext(ctx, `PRAGMA auto_vacuum = INCREMENTAL`); err != nil {
+		return fmt.Errorf("sqlite: auto_vacuum: %w", err)
+	}
 	mode, err := walMode(ctx, conn)
 	if err != nil {
 		return fmt.Errorf("sqlite: journal_mode: %w", err)
@@ -164,8 +174,16 @@ func (d *Driver) pragmas(ctx context.Context, conn *sql.Conn) error {
 			return fmt.Errorf("sqlite: %s is %s after %q, want %s", p.get, got, p.set, p.want)
 		}
 	}
+	var vacuum int
+	if err := conn.QueryRowContext(ctx, `PRAGMA auto_vacuum`).Scan(&vacuum); err != nil {
+		return fmt.Errorf("sqlite: auto_vacuum: %w", err)
+	}
+	d.vacuum = vacuum == autoVacuumIncremental
 	return nil
 }
+
+// autoVacuumIncremental is PRAGMA auto_vacuum's value for INCREMENTAL.
+const autoVacuumIncremental = 2
 
 // walBusyFor bounds how long walMode retries a busy database.
 const walBusyFor = 10 * time.Second
