@@ -64,7 +64,7 @@ func TestRunSQLite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := 5 // ledger, group commit, enqueue, jobs claim+complete, gateway
+	want := 6 // ledger, group commit, enqueue, jobs claim+complete, gateway vs bare and vs safe proxy
 	if dburl.SQLiteLibraries()["mattn"] {
 		want++ // modernc vs mattn
 	}

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -43,43 +44,55 @@ func (r *runner) gatewayRows(ctx context.Context) ([]Result, error) {
 		if err != nil {
 			return out, err
 		}
-		out = append(out, res)
+		out = append(out, res...)
 	}
 	return out, nil
 }
 
-func (r *runner) gatewayRow(ctx context.Context, upstream *url.URL, c int) (Result, error) {
+func (r *runner) gatewayRow(ctx context.Context, upstream *url.URL, c int) ([]Result, error) {
 	rp := httputil.NewSingleHostReverseProxy(upstream)
 	rp.Transport = upstreamTransport()
 	rp.ErrorLog = log.New(io.Discard, "", 0)
 	bare, stopBare, err := r.httpLoad("baseline", rp, c)
 	if err != nil {
-		return Result{}, err
+		return nil, err
 	}
 	defer stopBare()
 
 	l, _, done, err := r.openLedger(ctx, nil)
 	if err != nil {
-		return Result{}, err
+		return nil, err
 	}
 	defer done()
 	g, err := gateway.New(l, &gateway.Config{Upstream: upstream, Logger: quiet, Transport: upstreamTransport()})
 	if err != nil {
-		return Result{}, err
+		return nil, err
 	}
 	idemOp, stopIdem, err := r.httpLoad("idem", g, c)
 	if err != nil {
-		return Result{}, err
+		return nil, err
 	}
 	defer stopIdem()
 
-	r.progress("gateway keyed POST, %d connections: idem gateway, bare httputil.ReverseProxy", c)
+	hl, scope, doneHand, err := r.openLedger(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer doneHand()
+	safe, stopSafe, err := r.httpLoad("safe-proxy", safeProxy(upstream, handLedger{db: r.handDB(hl), drv: hl.Driver().Name()}, scope), c)
+	if err != nil {
+		return nil, err
+	}
+	defer stopSafe()
+
+	r.progress("gateway keyed POST, %d connections: idem gateway, bare httputil.ReverseProxy, hand-written safe proxy", c)
 	var rss float64
 	st, err := compare(ctx, c, r.o.Duration,
 		side{name: "idem", op: idemOp, before: resetPeakRSS, after: func() { rss = max(rss, peakRSS()) }},
-		side{name: "baseline", op: bare})
+		side{name: "baseline", op: bare},
+		side{name: "safe-proxy", op: safe})
 	if err != nil {
-		return Result{}, fmt.Errorf("keyed POSTs, %d connections: %w", c, err)
+		return nil, fmt.Errorf("keyed POSTs, %d connections: %w", c, err)
 	}
 	res := newResult(GroupGateway, "gateway keyed POST", "bare httputil.ReverseProxy, same upstream",
 		r.db, c, r.o.Duration, st[0], st[1], true)
@@ -87,7 +100,49 @@ func (r *runner) gatewayRow(ctx context.Context, upstream *url.URL, c int) (Resu
 		res.PeakRSSMegabytes = rss
 		res.Note = fmt.Sprintf("peak RSS of the whole bench process (load generator and upstream included) while the gateway ran: %.0f MiB", rss)
 	}
-	return res, nil
+	vsSafe := newResult(GroupGateway, "gateway keyed POST vs safe proxy",
+		"hand-written safe proxy: httputil.ReverseProxy, an INSERT of the claim before forwarding, an UPDATE storing the answer before answering",
+		r.db, c, r.o.Duration, st[0], st[2], true)
+	return []Result{res, vsSafe}, nil
+}
+
+// safeProxy is the gateway's hand-written baseline: what a careful
+// programmer writes for the same guarantee with httputil.ReverseProxy and
+// the ledger's table. The claim is inserted before forwarding (a taken key
+// is answered 409, with no replay: the baseline's requests are all new);
+// the upstream's answer is read whole and stored, fenced, before it is
+// sent on.
+func safeProxy(upstream *url.URL, h handLedger, scope string) http.Handler {
+	type claimKey struct{}
+	type claim struct {
+		key              string
+		attempt, leaseID int64
+	}
+	rp := httputil.NewSingleHostReverseProxy(upstream)
+	rp.Transport = upstreamTransport()
+	rp.ErrorLog = log.New(io.Discard, "", 0)
+	rp.ModifyResponse = func(resp *http.Response) error {
+		c := resp.Request.Context().Value(claimKey{}).(claim)
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		if err := h.complete(resp.Request.Context(), scope, c.key, c.attempt, c.leaseID, resp.StatusCode, b); err != nil {
+			return err
+		}
+		resp.Body = io.NopCloser(bytes.NewReader(b))
+		return nil
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		key := req.Header.Get("Idempotency-Key")
+		attempt, leaseID, err := h.claim(req.Context(), scope, key)
+		if err != nil {
+			http.Error(w, "claim: "+err.Error(), http.StatusConflict)
+			return
+		}
+		rp.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), claimKey{}, claim{key, attempt, leaseID})))
+	})
 }
 
 // upstreamTransport is how both proxies reach the upstream: enough idle

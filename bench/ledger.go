@@ -198,35 +198,50 @@ var handSQL = map[string]struct{ claim, complete string }{
 	},
 }
 
+// handLedger runs handSQL on a database: the baseline's two writes.
+type handLedger struct {
+	db  *sql.DB
+	drv string
+}
+
+// claim inserts the key's claim and returns the fencing pair a completion
+// must match; a taken key is sql.ErrNoRows.
+func (h handLedger) claim(ctx context.Context, scope, key string) (attempt, leaseID int64, err error) {
+	leaseID = rand.Int64()
+	args := []any{scope, key, "fp", leaseID}
+	if h.drv == "sqlite" {
+		args = append(args, time.Now().UnixMilli())
+	}
+	err = h.db.QueryRowContext(ctx, handSQL[h.drv].claim, args...).Scan(&attempt)
+	return attempt, leaseID, err
+}
+
+// complete stores the answer, fenced on the claim's attempt and lease id.
+func (h handLedger) complete(ctx context.Context, scope, key string, attempt, leaseID int64, status int, body []byte) error {
+	args := []any{scope, key, attempt, leaseID, status, body}
+	if h.drv == "sqlite" {
+		args = append([]any{time.Now().UnixMilli()}, args...)
+	}
+	res, err := h.db.ExecContext(ctx, handSQL[h.drv].complete, args...)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return fmt.Errorf("hand-written completion changed %d rows (%v): %w", n, err, errUnexpected)
+	}
+	return nil
+}
+
 func handClaimComplete(db *sql.DB, drv, scope string) opFunc {
-	q := handSQL[drv]
+	h := handLedger{db: db, drv: drv}
 	var ks keys
 	return one(func(ctx context.Context, w int, seq int64) error {
-		k, leaseID := ks.next(), rand.Int64()
-		var (
-			attempt int64
-			res     sql.Result
-			err     error
-		)
-		if drv == "sqlite" {
-			now := time.Now().UnixMilli()
-			if err = db.QueryRowContext(ctx, q.claim, scope, k, "fp", leaseID, now).Scan(&attempt); err != nil {
-				return err
-			}
-			res, err = db.ExecContext(ctx, q.complete, time.Now().UnixMilli(), scope, k, attempt, leaseID, 201, body)
-		} else {
-			if err = db.QueryRowContext(ctx, q.claim, scope, k, "fp", leaseID).Scan(&attempt); err != nil {
-				return err
-			}
-			res, err = db.ExecContext(ctx, q.complete, scope, k, attempt, leaseID, 201, body)
-		}
+		k := ks.next()
+		attempt, leaseID, err := h.claim(ctx, scope, k)
 		if err != nil {
 			return err
 		}
-		if n, err := res.RowsAffected(); err != nil || n != 1 {
-			return fmt.Errorf("hand-written completion changed %d rows (%v): %w", n, err, errUnexpected)
-		}
-		return nil
+		return h.complete(ctx, scope, k, attempt, leaseID, 201, body)
 	})
 }
 
