@@ -229,18 +229,24 @@ func TestUpstreamTimeout(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, l *idem.Ledger) {
 		up := newUpstream()
+		late := make(chan struct{}) // the first call answers only after the gateway gave up
 		up.handle = func(w http.ResponseWriter, r *http.Request) {
 			if up.count("k") == 1 {
-				time.Sleep(400 * time.Millisecond)
+				<-late
 			}
 			w.WriteHeader(201)
 			io.WriteString(w, "done")
 		}
+		// The lease outlasts the timeout by far, so that the second request
+		// meets it even on a loaded machine.
 		gw := newGateway(t, l, serveQuiet(t, up).URL, &gateway.Config{
-			Timeout: 100 * time.Millisecond, Options: &idemhttp.Options{Lease: 300 * time.Millisecond}})
+			Timeout: 100 * time.Millisecond, Options: &idemhttp.Options{Lease: 2 * time.Second}})
+		answer := sync.OnceFunc(func() { close(late) })
+		t.Cleanup(answer) // before the upstream's server closes, on failure too
 		r := post(t, gw, `{}`, "Idempotency-Key: k")
 		wantProblem(t, r, 504, idemhttp.ProblemUpstreamUnknown)
 		wantProblem(t, post(t, gw, `{}`, "Idempotency-Key: k"), 409, idemhttp.ProblemInFlight)
+		answer()
 		if r := retry(t, gw, `{}`, "Idempotency-Key: k"); r.status != 201 || up.count("k") != 2 {
 			t.Fatalf("after the lease: %d, upstream saw the key %d times, want 2", r.status, up.count("k"))
 		}
