@@ -197,7 +197,7 @@ type config struct {
 	methods      map[string]bool
 	requireKey   bool
 	key          keySource
-	scope        func(*http.Request) string
+	scope        func(*http.Request) string // nil: ScopeAuthorization's, computed without copying the request
 	anonymous    AnonymousPolicy
 	lease        time.Duration
 	retention    time.Duration
@@ -239,9 +239,6 @@ func newConfig(opts *Options) (*config, error) {
 		recordFailed: o.RecordFailed,
 		addedLatency: o.AddedLatency,
 		log:          cmp.Or(o.Logger, slog.Default()),
-	}
-	if c.scope == nil {
-		c.scope = ScopeAuthorization
 	}
 	var errs []error
 	bad := func(field, format string, args ...any) {

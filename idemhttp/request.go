@@ -82,7 +82,12 @@ func (c *config) prepare(r *http.Request, secret func() ([]byte, error)) (*prepa
 		return nil, &Problem{Type: ProblemLedgerUnavailable, Title: "Idempotency ledger unavailable", Status: http.StatusServiceUnavailable,
 			Detail: "The request was not handled. Retry with the same key.", RetryAfter: 1}
 	}
-	scope := c.scope(r.WithContext(context.WithValue(r.Context(), scopeSecretKey{}, sk)))
+	var scope string
+	if c.scope == nil { // the default, ScopeAuthorization, without a request copy to carry the secret
+		scope = scopeHMAC(sk, "authorization", r.Header.Get("Authorization"))
+	} else {
+		scope = c.scope(r.WithContext(context.WithValue(r.Context(), scopeSecretKey{}, sk)))
+	}
 	if scope == "" && c.anonymous == AnonymousRefuse {
 		return nil, &Problem{Type: ProblemScopeMissing, Title: "No scope for the idempotency key", Status: http.StatusBadRequest,
 			Detail: "This request carries an idempotency key but no credential that says whose key it is (by default the Authorization header), so its stored response could reach another caller; nothing was done. " +
@@ -124,10 +129,8 @@ func badKey(err error) *Problem {
 // readBody reads the whole body, at most MaxBody+1 bytes of it, and puts
 // it back on r (with GetBody, so a proxy may resend it).
 func (c *config) readBody(r *http.Request) ([]byte, *Problem) {
-	tooLarge := &Problem{Type: ProblemBodyTooLarge, Title: "Request body too large", Status: http.StatusRequestEntityTooLarge,
-		Detail: fmt.Sprintf("The body is larger than %d bytes; nothing was done.", c.maxBody)}
 	if r.ContentLength > c.maxBody {
-		return nil, tooLarge
+		return nil, c.tooLarge()
 	}
 	var body []byte
 	if r.Body != nil && r.Body != http.NoBody {
@@ -140,7 +143,7 @@ func (c *config) readBody(r *http.Request) ([]byte, *Problem) {
 			return nil, &Problem{Type: ProblemBodyInvalid, Title: "Unreadable request body", Status: http.StatusBadRequest, Detail: err.Error()}
 		}
 		if int64(len(b)) > c.maxBody {
-			return nil, tooLarge
+			return nil, c.tooLarge()
 		}
 		body = b
 	}
@@ -152,6 +155,11 @@ func (c *config) readBody(r *http.Request) ([]byte, *Problem) {
 		r.Body, r.GetBody = http.NoBody, nil
 	}
 	return body, nil
+}
+
+func (c *config) tooLarge() *Problem {
+	return &Problem{Type: ProblemBodyTooLarge, Title: "Request body too large", Status: http.StatusRequestEntityTooLarge,
+		Detail: fmt.Sprintf("The body is larger than %d bytes; nothing was done.", c.maxBody)}
 }
 
 func checkScope(s string) error {

@@ -1,11 +1,14 @@
 package idemhttp
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"hash"
+	"io"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -38,12 +41,37 @@ func ScopeAuthorization(r *http.Request) string {
 // request's context, and returns "" without it.
 func ScopeHMAC(r *http.Request, label, value string) string {
 	key, _ := r.Context().Value(scopeSecretKey{}).([]byte)
+	return scopeHMAC(key, label, value)
+}
+
+// scopeHMAC is ScopeHMAC with the secret given.
+func scopeHMAC(key []byte, label, value string) string {
 	if value == "" || len(key) == 0 {
 		return ""
 	}
-	m := hmac.New(sha256.New, key)
-	m.Write([]byte(value))
-	return label + "-hmac:" + hex.EncodeToString(m.Sum(nil))
+	km, _ := macs.Get().(*keyedMAC)
+	if km == nil || !bytes.Equal(km.key, key) {
+		km = &keyedMAC{key: key, mac: hmac.New(sha256.New, key)}
+	} else {
+		km.mac.Reset()
+	}
+	defer macs.Put(km)
+	io.WriteString(km.mac, value)
+	const infix = "-hmac:"
+	out := make([]byte, 0, len(label)+len(infix)+hex.EncodedLen(sha256.Size))
+	out = append(append(out, label...), infix...)
+	return string(hex.AppendEncode(out, km.mac.Sum(km.sum[:0])))
+}
+
+// macs keeps HMACs keyed with a scope secret for reuse: a new one costs
+// more than the hashing it does. A process has one secret per database.
+var macs sync.Pool
+
+// keyedMAC is an HMAC-SHA256 under key.
+type keyedMAC struct {
+	key []byte
+	mac hash.Hash
+	sum [sha256.Size]byte
 }
 
 // ScopeHeader scopes keys by the value of the named request header (for

@@ -57,52 +57,89 @@ type Config struct {
 
 // Start heartbeats until the lease is lost, ctx ends, or stop is called.
 // stop waits for the loop to end (cancelling a heartbeat under way); it may
-// be called more than once.
+// be called more than once. Nothing runs until the first heartbeat is due:
+// a holder done sooner (most requests) costs one timer.
 func Start(ctx context.Context, cfg Config) (stop func()) {
 	every := max(cfg.Lease/3, time.Millisecond)
 	granted := cfg.Granted
 	if granted.IsZero() {
 		granted = time.Now()
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
+	lp := &loop{}
+	lp.timer = time.AfterFunc(every, func() {
+		lp.mu.Lock()
+		if lp.stopped {
+			lp.mu.Unlock()
+			return
+		}
+		ctx, lp.cancel = context.WithCancel(ctx)
+		lp.done = make(chan struct{})
+		lp.mu.Unlock()
+		defer close(lp.done)
+		beat(ctx, cfg, every, granted)
+	})
+	return lp.stop
+}
+
+// loop is one Start's state: its first tick's timer, then the running
+// loop's cancel and done.
+type loop struct {
+	timer   *time.Timer
+	mu      sync.Mutex
+	stopped bool
+	cancel  context.CancelFunc // nil until the loop runs
+	done    chan struct{}
+}
+
+func (lp *loop) stop() {
+	lp.mu.Lock()
+	lp.stopped = true
+	lp.timer.Stop()
+	cancel, done := lp.cancel, lp.done
+	lp.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+}
+
+// beat heartbeats every every, the first one now, until the lease is lost
+// or ctx ends.
+func beat(ctx context.Context, cfg Config, every time.Duration, granted time.Time) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for first := true; ; first = false {
+		if !first {
 			select {
 			case <-ctx.Done():
 				return
 			case <-t.C:
 			}
-			sent := time.Now()
-			// A slow heartbeat still extends the lease when it lands, until
-			// the lease has ended: then it is no use, and waiting longer
-			// would hide the loss.
-			callCtx, callCancel := context.WithDeadline(ctx, granted.Add(cfg.Lease))
-			err := cfg.Heartbeat(callCtx)
-			callCancel()
-			switch {
-			case err == nil:
-				granted = sent
-				continue
-			case ctx.Err() != nil:
-				return // stopped: the error is ours
-			case cfg.Fenced != nil && cfg.Fenced(err):
-				cfg.Lost(err)
-				return
-			case time.Since(granted) >= cfg.Lease:
-				cfg.Lost(fmt.Errorf("%w (%v): %w", ErrUnconfirmed, cfg.Lease, err))
-				return
-			}
-			if cfg.Failed != nil {
-				cfg.Failed(err)
-			}
+		} else if ctx.Err() != nil {
+			return
 		}
-	}()
-	return sync.OnceFunc(func() {
-		cancel()
-		<-done
-	})
+		sent := time.Now()
+		// A slow heartbeat still extends the lease when it lands, until
+		// the lease has ended: then it is no use, and waiting longer
+		// would hide the loss.
+		callCtx, callCancel := context.WithDeadline(ctx, granted.Add(cfg.Lease))
+		err := cfg.Heartbeat(callCtx)
+		callCancel()
+		switch {
+		case err == nil:
+			granted = sent
+			continue
+		case ctx.Err() != nil:
+			return // stopped: the error is ours
+		case cfg.Fenced != nil && cfg.Fenced(err):
+			cfg.Lost(err)
+			return
+		case time.Since(granted) >= cfg.Lease:
+			cfg.Lost(fmt.Errorf("%w (%v): %w", ErrUnconfirmed, cfg.Lease, err))
+			return
+		}
+		if cfg.Failed != nil {
+			cfg.Failed(err)
+		}
+	}
 }
