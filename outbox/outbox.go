@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/idemhttp"
 	"github.com/idemdev/idem/jobs"
 )
 
@@ -32,7 +33,12 @@ type Config struct {
 	// ChunkSize is the fan-out chunk size for messages without one.
 	// Default 500.
 	ChunkSize int
-	// Client makes the HTTP requests. Default: a client with Timeout.
+	// Client makes the HTTP requests. Default: a client with Timeout whose
+	// transport is an idemhttp.Transport: within one attempt, a network
+	// error, a 409 with Retry-After, a 429 or a 5xx is retried at once
+	// (up to 3 sends, with the delivery's key) before the attempt counts
+	// as failed and waits for Backoff. A Client of your own is used as it
+	// is.
 	Client *http.Client
 	// Timeout bounds one delivery attempt. Default 30s.
 	Timeout time.Duration
@@ -65,6 +71,15 @@ type Outbox struct {
 	metrics Metrics
 }
 
+// relayMethods are the methods the default client's idemhttp.Transport
+// retries: every method a Message may carry, since each delivery carries
+// its Idempotency-Key.
+var relayMethods = []string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+
+// sendsPerAttempt bounds the sends of one delivery attempt with the
+// default client.
+const sendsPerAttempt = 3
+
 // New makes an outbox on the ledger's database.
 func New(l *idem.Ledger, cfg *Config) (*Outbox, error) {
 	c := Config{}
@@ -77,7 +92,8 @@ func New(l *idem.Ledger, cfg *Config) (*Outbox, error) {
 	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
 	c.Logger = cmp.Or(c.Logger, slog.Default())
 	if c.Client == nil {
-		c.Client = &http.Client{Timeout: c.Timeout}
+		c.Client = &http.Client{Timeout: c.Timeout, Transport: &idemhttp.Transport{
+			Methods: relayMethods, MaxAttempts: sendsPerAttempt, MaxElapsed: c.Timeout}}
 	}
 	switch {
 	case c.Workers < 1:

@@ -17,8 +17,14 @@ type receiver struct {
 	calls   map[string]int      // requests per key
 	effects map[string]int      // effects per key: must never exceed 1
 	seen    map[string][]string // recipients applied, per key
-	fail    func(key string, call int) int
+	// fail, if set, answers call n of key with the status it returns (0:
+	// handle it), or with no answer at all (dropConnection).
+	fail func(key string, call int) int
 }
+
+// dropConnection, returned by receiver.fail, closes the connection
+// without an answer.
+const dropConnection = -1
 
 func newReceiver(t *testing.T) *receiver {
 	r := &receiver{calls: map[string]int{}, effects: map[string]int{}, seen: map[string][]string{}}
@@ -34,7 +40,13 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 	defer r.mu.Unlock()
 	r.calls[key]++
 	if r.fail != nil {
-		if status := r.fail(key, r.calls[key]); status != 0 {
+		switch status := r.fail(key, r.calls[key]); status {
+		case 0:
+		case dropConnection:
+			conn, _, _ := w.(http.Hijacker).Hijack()
+			conn.Close()
+			return
+		default:
 			w.WriteHeader(status)
 			return
 		}
