@@ -46,6 +46,7 @@ const (
 	GroupGateway     = "gateway"     // keyed POSTs vs a bare reverse proxy
 	GroupSQLite      = "sqlite"      // the pure-Go SQLite library vs the cgo one
 	GroupScale       = "scale"       // a ledger holding Keys records vs an empty one; pruning under load
+	GroupMemory      = "memory"      // peak RSS with 100 guarded 1 MiB responses in flight
 )
 
 // The bounds of Options.Keys.
@@ -55,11 +56,12 @@ const (
 )
 
 // Groups lists every row group.
-var Groups = []string{GroupLedger, GroupGroupCommit, GroupJobs, GroupGateway, GroupSQLite, GroupScale}
+var Groups = []string{GroupLedger, GroupGroupCommit, GroupJobs, GroupGateway, GroupSQLite, GroupScale, GroupMemory}
 
 // DefaultGroups are the groups a run without Options.Groups measures:
-// all but scale, which fills a database with millions of rows and runs
-// only when asked for.
+// all but scale, which fills a database with millions of rows, and
+// memory, which writes 100 MiB of responses a slice; they run only when
+// asked for.
 var DefaultGroups = []string{GroupLedger, GroupGroupCommit, GroupJobs, GroupGateway, GroupSQLite}
 
 // Defaults for a zero Options field.
@@ -229,6 +231,8 @@ func (r *runner) group(ctx context.Context, g string) ([]Result, error) {
 		return r.sqliteRows(ctx)
 	case GroupScale:
 		return r.scaleRows(ctx)
+	case GroupMemory:
+		return r.memoryRows(ctx)
 	default:
 		return r.gatewayRows(ctx)
 	}

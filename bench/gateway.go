@@ -212,3 +212,69 @@ func serve(label string, h http.Handler) (base string, stop func(), err error) {
 		<-done
 	}, nil
 }
+
+// Memory row: many guarded requests with large responses at once.
+const (
+	largeResponse = 1 << 20 // bytes: the gateway's default MaxResponse, stored whole
+	largeInFlight = 100     // concurrent requests
+)
+
+// memoryRows: largeInFlight connections of keyed POSTs whose answers are
+// largeResponse bytes, through the gateway and through a bare
+// httputil.ReverseProxy, each side's peak RSS next to the bytes in flight.
+// The gateway must hold each answer whole (it is stored before it is
+// sent); what it must not do is hold it twice.
+func (r *runner) memoryRows(ctx context.Context) ([]Result, error) {
+	large := bytes.Repeat([]byte("x"), largeResponse)
+	upstream, stop, err := serve("upstream", http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		io.Copy(io.Discard, req.Body)
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Content-Length", strconv.Itoa(len(large)))
+		w.WriteHeader(http.StatusCreated)
+		w.Write(large)
+	}))
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	u, _ := url.Parse(upstream)
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.Transport = upstreamTransport()
+	rp.ErrorLog = log.New(io.Discard, "", 0)
+	bare, stopBare, err := r.httpLoad("baseline", rp, largeInFlight)
+	if err != nil {
+		return nil, err
+	}
+	defer stopBare()
+	l, _, done, err := r.openLedger(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	g, err := gateway.New(l, &gateway.Config{Upstream: u, Logger: quiet, Transport: upstreamTransport()})
+	if err != nil {
+		return nil, err
+	}
+	idemOp, stopIdem, err := r.httpLoad("idem", g, largeInFlight)
+	if err != nil {
+		return nil, err
+	}
+	defer stopIdem()
+
+	r.progress("gateway 1 MiB responses, %d connections: idem gateway, bare httputil.ReverseProxy", largeInFlight)
+	var rss [2]float64
+	peak := func(i int) func() { return func() { rss[i] = max(rss[i], peakRSS()) } }
+	st, err := compare(ctx, largeInFlight, r.o.Duration,
+		side{name: "idem", op: idemOp, before: resetPeakRSS, after: peak(0)},
+		side{name: "baseline", op: bare, before: resetPeakRSS, after: peak(1)})
+	if err != nil {
+		return nil, fmt.Errorf("1 MiB responses: %w", err)
+	}
+	res := newResult(GroupMemory, "gateway 1 MiB responses", "bare httputil.ReverseProxy, same upstream",
+		r.db, largeInFlight, r.o.Duration, st[0], st[1], true)
+	res.PeakRSSMegabytes = rss[0]
+	inFlight := float64(largeInFlight*largeResponse) / (1 << 20)
+	res.Note = fmt.Sprintf("peak RSS of the whole bench process while each side ran: gateway %.0f MiB (%.2f× the %.0f MiB of responses in flight), bare proxy %.0f MiB",
+		rss[0], rss[0]/inFlight, inFlight, rss[1])
+	return []Result{res}, nil
+}

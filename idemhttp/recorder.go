@@ -92,6 +92,9 @@ func (r *recorder) Write(p []byte) (int, error) {
 		}
 	}
 	if r.passing == "" {
+		if r.buf.Cap() == 0 {
+			r.sizeBuffer()
+		}
 		return r.buf.Write(p)
 	}
 	if r.clientErr != nil && r.passing == notStoredTooLarge {
@@ -105,6 +108,15 @@ func (r *recorder) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	return n, err
+}
+
+// sizeBuffer gives the buffer the body's whole size at once when the
+// handler declared it (and it fits the limit): growing by doubling would
+// leave the smaller copies behind as garbage, about the body's size again.
+func (r *recorder) sizeBuffer() {
+	if n, err := strconv.ParseInt(r.h.Get("Content-Length"), 10, 64); err == nil && n > 0 && n <= r.limit {
+		r.buf.Grow(int(n))
+	}
 }
 
 func (r *recorder) spillWrite(p []byte) (int, error) {
