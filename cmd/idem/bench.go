@@ -45,6 +45,9 @@ latency and the ratio idem/baseline:
                filled with --keys records vs an empty one; bytes per key;
                prune throughput, and claim+complete while a prune runs vs
                without; needs --db sqlite or --db postgres
+  memory       (only when asked for) 100 keyed POSTs at once whose answers
+               are 1 MiB each, through the gateway vs a bare ReverseProxy:
+               each side's peak RSS next to the 100 MiB in flight
 
 --db sqlite (the default) measures a new file in a temporary directory
 (synchronous=FULL); --db postgres starts a throwaway PostgreSQL cluster from
