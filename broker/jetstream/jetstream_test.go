@@ -32,7 +32,7 @@ type env struct {
 	rebind func(string) string
 }
 
-func setup(t *testing.T, driver string) *env {
+func setup(t testing.TB, driver string) *env {
 	t.Helper()
 	srv := brokertest.Shared(t, brokertest.NATS)
 	l := ledgertest.Open(t, driver)
@@ -60,14 +60,14 @@ func setup(t *testing.T, driver string) *env {
 	return e
 }
 
-func (e *env) createStream(t *testing.T, name string) {
+func (e *env) createStream(t testing.TB, name string) {
 	t.Helper()
 	if _, err := e.js.CreateStream(context.Background(), js.StreamConfig{Name: name, Subjects: []string{name + ".>"}}); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func (e *env) publish(t *testing.T, subject, id, body string) *js.PubAck {
+func (e *env) publish(t testing.TB, subject, id, body string) *js.PubAck {
 	t.Helper()
 	m := nats.NewMsg(subject)
 	m.Data = []byte(body)

@@ -33,7 +33,7 @@ type env struct {
 	rebind func(string) string
 }
 
-func setup(t *testing.T, driver string) *env {
+func setup(t testing.TB, driver string) *env {
 	t.Helper()
 	srv := brokertest.Shared(t, brokertest.RabbitMQ)
 	l := ledgertest.Open(t, driver)
@@ -68,7 +68,7 @@ func setup(t *testing.T, driver string) *env {
 	return e
 }
 
-func (e *env) publish(t *testing.T, id, body string) {
+func (e *env) publish(t testing.TB, id, body string) {
 	t.Helper()
 	err := e.ch.PublishWithContext(context.Background(), "", e.queue, false, false, amqp.Publishing{MessageId: id, Body: []byte(body), DeliveryMode: amqp.Persistent})
 	if err != nil {
@@ -81,7 +81,7 @@ func (e *env) effect(ctx context.Context, tx *sql.Tx, d amqp.Delivery) error {
 	return err
 }
 
-func (e *env) consumer(t *testing.T, h rabbitmq.Handler, cfg *rabbitmq.Config) *rabbitmq.Consumer {
+func (e *env) consumer(t testing.TB, h rabbitmq.Handler, cfg *rabbitmq.Config) *rabbitmq.Consumer {
 	t.Helper()
 	if h == nil {
 		h = e.effect
