@@ -251,7 +251,8 @@ const brokerGroup = "idem-prove"
 
 func jetstreamVariant() brokerVariant {
 	connect := func(url string) (*nats.Conn, js.JetStream, error) {
-		nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+		// A worker may start while the server restarts: keep trying.
+		nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.RetryOnFailedConnect(true))
 		if err != nil {
 			return nil, nil, err
 		}

@@ -194,6 +194,10 @@ func (c *Consumer) Handle(ctx context.Context, msg js.Msg) error {
 	switch {
 	case errors.Is(err, idem.ErrMismatch):
 		return c.deadLetter(ctx, msg, md, id, err)
+	case err != nil && ctx.Err() != nil:
+		// Stopping: not the message's fault, so not an attempt.
+		msg.Nak()
+		return err
 	case err != nil:
 		c.failed.Add(1)
 		if c.cfg.MaxAttempts > 0 && md.NumDelivered >= uint64(c.cfg.MaxAttempts) {

@@ -180,6 +180,10 @@ func (c *Consumer) Handle(ctx context.Context, d amqp.Delivery) error {
 	switch {
 	case errors.Is(err, idem.ErrMismatch):
 		return c.reject(ctx, d, id, err)
+	case err != nil && ctx.Err() != nil:
+		// Stopping: not the message's fault, so not an attempt.
+		d.Nack(false, true)
+		return err
 	case err != nil:
 		c.failed.Add(1)
 		if n := c.failedAttempt(id, d); c.cfg.MaxAttempts > 0 && n >= c.cfg.MaxAttempts {
