@@ -27,4 +27,11 @@
 // answered but before the answer was recorded delivers again, with the same
 // key. The effect is exactly once when the receiver honours the key (as an
 // idem-guarded endpoint does). docs/outbox.md has the details.
+//
+// # Brokers
+//
+// With Config.Publisher the relay publishes to a message broker instead
+// of making HTTP requests (broker/jetstream, broker/rabbitmq), each
+// delivery under its key as the broker message id, so that a consumer's
+// inbox applies a republished delivery once.
 package outbox

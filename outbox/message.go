@@ -30,7 +30,9 @@ type Message struct {
 	// message and an error matching idem.ErrMismatch if it is not. Default:
 	// 32 random hex digits. At most 200 bytes, without '/'.
 	ID string
-	// URL is where the message goes: an absolute http or https URL.
+	// URL is where the message goes: an absolute http or https URL; with
+	// Config.Publisher, the destination the publisher gets (a subject, a
+	// routing key; empty for its default).
 	URL string
 	// Method defaults to POST.
 	Method string
@@ -75,7 +77,7 @@ func inputErr(field, format string, args ...any) error {
 }
 
 // deliveries validates m and splits it into its deliveries.
-func (m Message) deliveries(defaultChunk int) ([]delivery, string, error) {
+func (m Message) deliveries(defaultChunk int, published bool) ([]delivery, string, error) {
 	id := m.ID
 	if id == "" {
 		var b [16]byte
@@ -85,8 +87,11 @@ func (m Message) deliveries(defaultChunk int) ([]delivery, string, error) {
 	if printable.Check(id, 1, MaxIDLen) != nil || strings.ContainsRune(id, '/') {
 		return nil, "", inputErr("message id", "%q must be at most %d bytes, without '/' or control characters", id, MaxIDLen)
 	}
-	u, err := url.Parse(m.URL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	if published {
+		if m.URL != "" && printable.Check(m.URL, 1, MaxIDLen) != nil {
+			return nil, "", inputErr("url", "%q must be at most %d bytes, without control characters", m.URL, MaxIDLen)
+		}
+	} else if u, err := url.Parse(m.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, "", inputErr("url", "%q is not an absolute http(s) URL", m.URL)
 	}
 	method := m.Method

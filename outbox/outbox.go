@@ -58,6 +58,10 @@ type Config struct {
 	// transitions and run times of the deliveries (queue Queue): pass a
 	// *metrics.Collector. Default none.
 	Metrics Metrics
+	// Publisher, when set, sends every delivery to a message broker
+	// instead of over HTTP; Message.URL is then the destination it gets.
+	// Default none (HTTP).
+	Publisher Publisher
 }
 
 // Outbox adds messages inside business transactions and, once started,
@@ -69,6 +73,7 @@ type Outbox struct {
 	client  *http.Client
 	log     *slog.Logger
 	metrics Metrics
+	pub     Publisher
 }
 
 // relayMethods are the methods the default client's idemhttp.Transport
@@ -106,7 +111,7 @@ func New(l *idem.Ledger, cfg *Config) (*Outbox, error) {
 	if c.Metrics == nil {
 		c.Metrics = noMetrics{}
 	}
-	o := &Outbox{queue: c.Queue, chunk: c.ChunkSize, client: c.Client, log: c.Logger, metrics: c.Metrics}
+	o := &Outbox{queue: c.Queue, chunk: c.ChunkSize, client: c.Client, log: c.Logger, metrics: c.Metrics, pub: c.Publisher}
 	ws := jobs.NewWorkers()
 	jobs.AddWorker(ws, &relay{o: o, timeout: c.Timeout})
 	jc, err := jobs.New(l, &jobs.Config{
@@ -138,7 +143,7 @@ func (o *Outbox) Add(ctx context.Context, tx idem.Tx, m Message) (string, error)
 	if tx == nil {
 		return "", inputErr("tx", "must not be nil: the message must commit with the business change")
 	}
-	ds, id, err := m.deliveries(o.chunk)
+	ds, id, err := m.deliveries(o.chunk, o.pub != nil)
 	if err != nil {
 		return "", err
 	}

@@ -50,6 +50,13 @@ func (r *relay) deliver(ctx context.Context, j *jobs.Job[delivery]) error {
 		ctx, cancel = context.WithTimeout(ctx, r.timeout)
 		defer cancel()
 	}
+	if r.o.pub != nil {
+		if err := r.publish(ctx, d); err != nil {
+			return fmt.Errorf("outbox: publish %s: %w", d.Key, err)
+		}
+		crashpoint.Hit(crashpoint.AfterDelivery)
+		return nil
+	}
 	req, err := http.NewRequestWithContext(ctx, d.Method, d.URL, bytes.NewReader(d.Body))
 	if err != nil {
 		return jobs.Permanent(fmt.Errorf("outbox: build request for %s: %w", d.Key, err))

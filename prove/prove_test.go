@@ -110,7 +110,8 @@ func TestScenarios(t *testing.T) {
 			}
 			cfg := testConfig(t, driver)
 			cfg.Serve = serveCommand(t)
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			// Ten minutes: broker-redelivery boots and restarts a RabbitMQ.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 			defer cancel()
 			rep, err := Run(ctx, cfg)
 			if err != nil {

@@ -21,7 +21,9 @@ type scenario struct {
 	// skip, when set, returns why the scenario cannot run on this
 	// database ("" when it can).
 	skip func(r *runner) string
-	run  func(ctx context.Context, t *trial) error
+	// skipVariant is skip for one variant.
+	skipVariant func(r *runner, variant string) string
+	run         func(ctx context.Context, t *trial) error
 }
 
 // all is every scenario, in the order of the report.
@@ -59,6 +61,9 @@ var all = []scenario{
 	{Scenario: Scenario{Name: "gateway", Variants: []string{gwAttack, gwCrashKeyed, gwCrashBlind},
 		Summary: "through idem serve to a counting upstream: duplicates, dropped responses, retry storms; gateways SIGKILLed after the upstream answered"},
 		skip: skipGateway, run: runGateway},
+	{Scenario: Scenario{Name: "broker-redelivery", Variants: brokerVariantNames(),
+		Summary: "messages published twice into a real broker, consumers SIGKILLed before commit and before ack, the broker killed mid-run"},
+		skipVariant: skipBroker, run: runBrokerRedelivery},
 }
 
 // Scenarios lists every scenario, in the order they run.

@@ -53,8 +53,12 @@ func (r *runner) runTrial(ctx context.Context, i int, sel selected) Result {
 	name := sel.name()
 	start := time.Now()
 	res := Result{Name: name, Driver: r.db.driver, Ops: r.cfg.Ops}
-	if sel.sc.skip != nil {
-		if why := sel.sc.skip(r); why != "" {
+	skip := sel.sc.skip
+	if sel.sc.skipVariant != nil {
+		skip = func(r *runner) string { return sel.sc.skipVariant(r, sel.variant) }
+	}
+	if skip != nil {
+		if why := skip(r); why != "" {
 			res.Skipped, res.Reason, res.OK = true, why, true
 			r.prog.skipped(i, name, why)
 			return res

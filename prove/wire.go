@@ -35,6 +35,7 @@ const (
 	roleServer = "server" // an HTTP server doing slow work under a claim (retry-storm)
 	roleHold   = "hold"   // claim, report, wait (to be paused), then try to commit
 	roleJobs   = "jobs"   // enqueue or work jobs (double-enqueue)
+	roleBroker = "broker" // consume a broker's messages through its adapter (broker-redelivery)
 )
 
 // spec is what a worker is told: the first line on its stdin, as JSON.
@@ -65,6 +66,11 @@ type spec struct {
 	// Jobs is "enqueue" or "work", for roleJobs, on Queue.
 	Jobs  string `json:"jobs,omitempty"`
 	Queue string `json:"queue,omitempty"`
+	// Broker (a broker-redelivery variant) is consumed at BrokerURL from
+	// BrokerDest (a stream or queue), for roleBroker.
+	Broker     string `json:"broker,omitempty"`
+	BrokerURL  string `json:"broker_url,omitempty"`
+	BrokerDest string `json:"broker_dest,omitempty"`
 	// NoGuard skips the ledger: the worker performs every effect it is
 	// asked to, at the same crash points. It exists to show that the
 	// prover fails a worker without idem.

@@ -120,6 +120,8 @@ func (w *worker) run(ctx context.Context) error {
 		return w.runHold(ctx)
 	case roleJobs:
 		return w.runJobs(ctx)
+	case roleBroker:
+		return w.runBroker(ctx)
 	}
 	return fmt.Errorf("unknown worker role %q", w.s.Role)
 }

@@ -37,13 +37,17 @@ var (
 // Once the shared cluster has been started, SIGINT and SIGTERM also close it
 // before the process dies of the signal. A process that never uses the
 // shared cluster (say, a re-executed helper process) handles no signals.
-func Main(m *testing.M) {
+func Main(m *testing.M) { os.Exit(Run(m)) }
+
+// Run is Main without the exit, for a TestMain that has more to close: it
+// runs the tests, closes the shared cluster and returns the tests' status.
+func Run(m *testing.M) int {
 	mainUsed.Store(true)
 	code := m.Run()
 	if err := closeShared(); err != nil {
 		fmt.Fprintf(os.Stderr, "pgtest: closing the shared PostgreSQL cluster: %v\n", err)
 	}
-	os.Exit(code)
+	return code
 }
 
 // Shared returns the test binary's shared cluster, starting it on first use
