@@ -82,10 +82,10 @@ func TestSubscribeSeesEveryKind(t *testing.T) {
 		want := map[string]bool{
 			fmt.Sprint(ids["complete"], jobs.EventCompleted): true,
 			fmt.Sprint(ids["fail-once"], jobs.EventFailed):   true, fmt.Sprint(ids["fail-once"], jobs.EventCompleted): true,
-			fmt.Sprint(ids["dead"], jobs.EventDead):         true,
-			fmt.Sprint(ids["snooze"], jobs.EventSnoozed):    true, fmt.Sprint(ids["snooze"], jobs.EventCompleted): true,
-			fmt.Sprint(later.Job.ID, jobs.EventCancelled):   true,
-			fmt.Sprint(ids["block"], jobs.EventCancelled):   true,
+			fmt.Sprint(ids["dead"], jobs.EventDead):      true,
+			fmt.Sprint(ids["snooze"], jobs.EventSnoozed): true, fmt.Sprint(ids["snooze"], jobs.EventCompleted): true,
+			fmt.Sprint(later.Job.ID, jobs.EventCancelled): true,
+			fmt.Sprint(ids["block"], jobs.EventCancelled): true,
 		}
 		timeout := time.After(30 * time.Second)
 		for len(want) > 0 {
@@ -124,7 +124,7 @@ func TestSubscribeSeesEveryKind(t *testing.T) {
 			}
 		}
 		stopAll()
-		stopAll() // twice is harmless
+		stopAll()       // twice is harmless
 		for range all { // what was buffered before the end; then the channel is closed
 		}
 		select {

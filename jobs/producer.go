@@ -15,7 +15,7 @@ import (
 // producer claims one queue's jobs for this client and runs each on its
 // own goroutine, at most max at a time.
 type producer struct {
-	c     *Client
+	c      *Client
 	queue  string
 	max    int
 	limits Limits
