@@ -50,7 +50,7 @@ func TestSubscribeSeesEveryKind(t *testing.T) {
 			}
 			return fmt.Errorf("unknown %q", j.Args.Do)
 		}))
-		c, err := jobs.New(e.l, &jobs.Config{Workers: ws, Lease: 300 * time.Millisecond, PollInterval: 20 * time.Millisecond,
+		c, err := jobs.New(e.l, &jobs.Config{Workers: ws, Lease: 3 * time.Second, PollInterval: 20 * time.Millisecond,
 			Backoff: func(int) time.Duration { return 10 * time.Millisecond }, Logger: quietLogger()})
 		if err != nil {
 			t.Fatal(err)

@@ -69,7 +69,7 @@ func limitsMain() {
 	}
 	ws := jobs.NewWorkers()
 	jobs.AddWorker(ws, limitWorker())
-	c, err := jobs.New(l, &jobs.Config{Workers: ws, ID: os.Getenv(helperName), PollInterval: 20 * time.Millisecond,
+	c, err := jobs.New(l, &jobs.Config{Workers: ws, ID: os.Getenv(helperName), PollInterval: 50 * time.Millisecond,
 		Logger: quietLogger(), Queues: limitQueues})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helper:", err)
@@ -105,7 +105,7 @@ func TestGlobalLimits(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		const perQueue = 40
+		const perQueue = 30
 		var params []jobs.EnqueueParams
 		for i := range perQueue {
 			params = append(params,
@@ -121,7 +121,7 @@ func TestGlobalLimits(t *testing.T) {
 			c, _, _ := startChild(t, childOpts{mode: modeLimits, url: e.url, name: fmt.Sprintf("w%d", i)})
 			children = append(children, c)
 		}
-		waitFor(t, 90*time.Second, func() bool {
+		waitFor(t, 4*time.Minute, func() bool {
 			for _, c := range children {
 				select {
 				case <-c.exited:
