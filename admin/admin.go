@@ -104,6 +104,9 @@ type DeadJob struct {
 	Attempts  int
 	LastError string
 	DiedAt    time.Time
+	// Metadata is the job's metadata (jobs.EnqueueOpts.Metadata) as JSON,
+	// and Partition its partition key; empty if none.
+	Metadata, Partition string
 }
 
 // DeadJobsFunc lists up to limit dead-lettered jobs, most recent first.

@@ -47,7 +47,8 @@ func LedgerDeadJobs(l *idem.Ledger) DeadJobsFunc {
 		})
 		out := make([]DeadJob, 0, min(limit, len(dead)))
 		for _, r := range dead[:min(limit, len(dead))] {
-			d := DeadJob{Queue: r.Queue, ID: strconv.FormatInt(r.ID, 10), Kind: r.Kind, Key: r.UniqueKey, Attempts: r.Attempt, DiedAt: r.FinalizedAt}
+			d := DeadJob{Queue: r.Queue, ID: strconv.FormatInt(r.ID, 10), Kind: r.Kind, Key: r.UniqueKey, Attempts: r.Attempt, DiedAt: r.FinalizedAt,
+				Metadata: string(r.Metadata), Partition: r.PartitionKey}
 			if n := len(r.Errors); n > 0 {
 				d.LastError = r.Errors[n-1].Error
 			}

@@ -64,7 +64,7 @@ func TestRunSQLite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := 6 // ledger, group commit, enqueue, jobs claim+complete, gateway vs bare and vs safe proxy
+	want := 7 // ledger, group commit, enqueue, jobs bulk insert, jobs claim+complete, gateway vs bare and vs safe proxy
 	if dburl.SQLiteLibraries()["mattn"] {
 		want++ // modernc vs mattn
 	}
@@ -81,7 +81,7 @@ func TestRunSharedPostgres(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkRows(t, res, 4)
+	checkRows(t, res, 5)
 	drv, err := dburl.OpenDriver(t.Context(), url)
 	if err != nil {
 		t.Fatal(err)

@@ -44,6 +44,13 @@ func (r *runner) jobRows(ctx context.Context) ([]Result, error) {
 		out = append(out, res)
 	}
 	for _, c := range r.o.Concurrency {
+		res, err := r.bulkRow(ctx, c)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, res)
+	}
+	for _, c := range r.o.Concurrency {
 		res, err := r.claimCompleteRow(ctx, c)
 		if err != nil {
 			return out, err

@@ -32,6 +32,11 @@ type JobInsert struct {
 	// clock). Otherwise the job is claimable at the database's now + Delay.
 	RunAt time.Time
 	Delay time.Duration
+	// Metadata is a JSON object, or nil.
+	Metadata []byte
+	// PartitionKey, when not empty, is what a per-partition concurrency
+	// limit counts the job under.
+	PartitionKey string
 }
 
 // DecodeJobErrors parses the errors column, which both drivers store as a
@@ -76,6 +81,21 @@ type ClaimJobsParams struct {
 	// same transaction hands back (available, or dead when out of
 	// attempts). Zero skips the rescue.
 	RescueLimit int
+	// Concurrency, when positive, bounds the queue's running jobs with a
+	// live lease (lease_until after the claim's clock) across every
+	// claimer: the claim takes no more than Concurrency minus that count.
+	// With PerPartition the bound holds per partition key instead (jobs
+	// without one share the empty key). Claims of a limited queue are
+	// serialized (an advisory lock on PostgreSQL, the write lock on
+	// SQLite), so two claimers never both see the same free slot.
+	Concurrency  int
+	PerPartition bool
+	// Rate, when positive, bounds the claims of the queue to Rate per
+	// window of RateInterval: windows are aligned to the database epoch
+	// (window n spans [n, n+1) × RateInterval) and counted in the
+	// idem_job_rates row of the queue, in the claim's transaction.
+	Rate         int
+	RateInterval time.Duration
 }
 
 // FinishJobParams ends a claim. State is idemtype.JobCompleted (Result stored),
@@ -165,6 +185,10 @@ type Jobs interface {
 	// PruneJobs deletes up to limit completed or cancelled jobs finalized at
 	// least olderThan ago. It never touches available, running or dead jobs.
 	PruneJobs(ctx context.Context, olderThan time.Duration, limit int) (int, error)
+	// InsertJobsFast inserts jobs without unique keys (it refuses any) in
+	// one transaction of its own, all or none, and returns their ids in
+	// input order: COPY on PostgreSQL, multi-row INSERTs on SQLite.
+	InsertJobsFast(ctx context.Context, jobs []JobInsert) ([]int64, error)
 }
 
 // ScanJobCounts reads (state, count) rows, as both drivers' CountJobs

@@ -67,6 +67,12 @@ type JobRow struct {
 	FinalizedAt time.Time // zero unless completed, dead or cancelled
 	// Now is the database clock at the statement that read the row.
 	Now time.Time
+	// Metadata is the JSON object given at enqueue (jobs.EnqueueOpts.Metadata),
+	// nil if none.
+	Metadata []byte
+	// PartitionKey groups the job for a per-partition concurrency limit;
+	// empty if none.
+	PartitionKey string
 }
 
 // JobError is one failed attempt, as recorded on the job.

@@ -130,6 +130,9 @@ func (c *Client) Cancel(ctx context.Context, id int64) (*idemtype.JobRow, error)
 	if from != "" {
 		c.cfg.Metrics.JobTransition(r.Queue, string(from), TransitionCancelled)
 	}
+	if from == idemtype.JobAvailable { // a running job's event comes from its worker's client
+		c.emitRow(EventCancelled, r, 0)
+	}
 	return &r, nil
 }
 

@@ -37,6 +37,8 @@ type Client struct {
 	bg       sync.WaitGroup     // listener, pruner
 	execs    sync.WaitGroup     // running jobs
 	running  map[*execution]struct{}
+
+	events hub // subscriptions (events.go)
 }
 
 // New makes a client on the ledger's database. It does not start working;

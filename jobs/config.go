@@ -97,6 +97,9 @@ type Config struct {
 	// *metrics.Collector. Default none. For idem_queue_depth, also pass
 	// the client's QueueDepth to the collector's QueueDepthFrom.
 	Metrics Metrics
+	// EventBuffer is the channel capacity of each Subscribe: events beyond
+	// it, while the subscriber is behind, are dropped. Default 1024.
+	EventBuffer int
 }
 
 // QueueConfig configures one queue.
@@ -104,6 +107,8 @@ type QueueConfig struct {
 	// MaxWorkers is how many of the queue's jobs this client runs at once.
 	// Zero declares the queue for enqueueing only.
 	MaxWorkers int
+	// Limits bound the queue across every client and host (limits.go).
+	Limits
 }
 
 func (cfg *Config) withDefaults() (Config, error) {
@@ -126,6 +131,7 @@ func (cfg *Config) withDefaults() (Config, error) {
 	c.Retention = cmp.Or(c.Retention, defaultRetention)
 	c.MaxArgsBytes = cmp.Or(c.MaxArgsBytes, defaultMaxArgsBytes)
 	c.Logger = cmp.Or(c.Logger, slog.Default())
+	c.EventBuffer = cmp.Or(c.EventBuffer, DefaultEventBuffer)
 	if c.Metrics == nil {
 		c.Metrics = noMetrics{}
 	}
@@ -143,6 +149,9 @@ func (cfg *Config) withDefaults() (Config, error) {
 		if n := c.Queues[name].MaxWorkers; n < 0 || n > 10000 {
 			return c, inputErr("queues", "%q: MaxWorkers %d is outside [0, 10000]", name, n)
 		}
+		if err := c.Queues[name].Limits.check(name); err != nil {
+			return c, err
+		}
 	}
 	switch {
 	case c.Lease < MinLease || c.Lease > maxLease:
@@ -157,6 +166,8 @@ func (cfg *Config) withDefaults() (Config, error) {
 		return c, inputErr("job timeout", "%v must not be negative", c.JobTimeout)
 	case c.Retention < -1:
 		return c, inputErr("retention", "%v must be positive, or -1 to keep completed jobs forever", c.Retention)
+	case c.EventBuffer < 0:
+		return c, inputErr("event buffer", "%d must not be negative", c.EventBuffer)
 	case c.MaxArgsBytes < 1 || c.MaxArgsBytes > maxArgsLimit:
 		return c, inputErr("max args bytes", "%d is outside [1, %d]", c.MaxArgsBytes, maxArgsLimit)
 	}

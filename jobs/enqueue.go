@@ -3,6 +3,7 @@ package jobs
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -35,6 +36,14 @@ type EnqueueOpts struct {
 	// the highest priority first, then the oldest RunAt, then the lowest
 	// ID; a low-priority job waits as long as higher ones keep coming.
 	Priority int
+	// Metadata is a JSON object stored with the job (idemtype.JobRow.Metadata)
+	// for operators and tools: it is shown by `idem jobs show` and List, and
+	// does not reach the worker's Args. At most 64 KiB.
+	Metadata json.RawMessage
+	// PartitionKey is what a per-partition concurrency limit
+	// (Limits.PerPartition) counts the job under; derive it from the args
+	// (a tenant or customer id, say). At most 255 bytes.
+	PartitionKey string
 }
 
 // EnqueueParams is one job of a batch.
@@ -176,6 +185,10 @@ func (c *Client) prepare(p EnqueueParams) (driver.JobInsert, error) {
 			return driver.JobInsert{}, err
 		}
 	}
+	meta, err := checkMetadata(o.Metadata, o.PartitionKey)
+	if err != nil {
+		return driver.JobInsert{}, err
+	}
 	switch {
 	case o.Delay < 0:
 		return driver.JobInsert{}, inputErr("delay", "%v must not be negative", o.Delay)
@@ -198,6 +211,6 @@ func (c *Client) prepare(p EnqueueParams) (driver.JobInsert, error) {
 	return driver.JobInsert{
 		Queue: o.Queue, Kind: kind, Args: b, UniqueKey: o.UniqueKey,
 		MaxAttempts: cmp.Or(o.MaxAttempts, c.cfg.MaxAttempts), RunAt: o.RunAt, Delay: o.Delay,
-		Priority: cmp.Or(o.Priority, idemtype.JobPriorityHighest),
+		Priority: cmp.Or(o.Priority, idemtype.JobPriorityHighest), Metadata: meta, PartitionKey: o.PartitionKey,
 	}, nil
 }

@@ -60,6 +60,7 @@ func (ex *execution) execute() {
 	case errors.Is(cause, ErrCancelled):
 		// The claim ended with the cancel: any write would be refused.
 		ex.observe("", RunCancelled)
+		ex.emitCancelled()
 		ex.log(bg, slog.LevelInfo, "job cancelled while it ran", slog.String("error", err.Error()))
 	default:
 		if errors.Is(cause, ErrLeaseLost) {
@@ -80,7 +81,7 @@ func (ex *execution) run(ctx context.Context) (err error) {
 	if !ok {
 		return fmt.Errorf("no worker registered for kind %q in client %s", ex.rec.Kind, ex.c.cfg.ID)
 	}
-	return r(ctx, ex)
+	return r(context.WithValue(ctx, execKey{}, ex), ex)
 }
 
 // fail retries the job after backoff, or dead-letters it when the error is
@@ -123,6 +124,7 @@ func (ex *execution) finish(ctx context.Context, p driver.FinishJobParams, what 
 	switch {
 	case errors.Is(err, driver.ErrFenced) && ex.cancelled(ctx):
 		ex.observe("", RunCancelled)
+		ex.emitCancelled()
 		ex.log(ctx, slog.LevelInfo, "job cancelled before it could be "+what, attrs...)
 	case errors.Is(err, driver.ErrFenced):
 		ex.observe("", RunLeaseLost)
@@ -135,6 +137,7 @@ func (ex *execution) finish(ctx context.Context, p driver.FinishJobParams, what 
 			append(attrs, slog.String("write_error", err.Error()))...)
 	default:
 		ex.observe(finishEnds(p))
+		ex.emitFinish(p)
 		level := slog.LevelDebug
 		if p.State != idemtype.JobCompleted {
 			level = slog.LevelInfo
@@ -160,6 +163,7 @@ func (ex *execution) confirm(ctx context.Context) {
 		ex.log(ctx, slog.LevelWarn, "job re-claimed by another worker before CompleteTx committed")
 	case row.State == idemtype.JobCompleted:
 		ex.observe(TransitionCompleted, RunSucceeded)
+		ex.c.emitRow(EventCompleted, row, ex.runTime())
 		ex.log(ctx, slog.LevelDebug, "job completed")
 	case row.State == idemtype.JobRunning:
 		ex.fail(ctx, errors.New("the worker returned nil, but the transaction passed to CompleteTx did not commit"))

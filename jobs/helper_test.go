@@ -35,6 +35,9 @@ const (
 
 // helperMain runs a worker process and exits.
 func helperMain() {
+	if os.Getenv(helperEnv) == modeLimits {
+		limitsMain() // limits_test.go
+	}
 	ctx := context.Background()
 	lease, _ := time.ParseDuration(os.Getenv(helperLease))
 	poll, _ := time.ParseDuration(os.Getenv(helperPoll))

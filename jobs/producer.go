@@ -15,9 +15,10 @@ import (
 // producer claims one queue's jobs for this client and runs each on its
 // own goroutine, at most max at a time.
 type producer struct {
-	c     *Client
-	queue string
-	max   int
+	c      *Client
+	queue  string
+	max    int
+	limits Limits
 
 	mu      sync.Mutex
 	running int
@@ -34,7 +35,7 @@ const rescueLimit = 100
 const claimTimeout = 30 * time.Second
 
 func newProducer(c *Client, queue string, max int) *producer {
-	return &producer{c: c, queue: queue, max: max, wake: make(chan struct{}, 1), freed: make(chan struct{}, 1)}
+	return &producer{c: c, queue: queue, max: max, limits: c.cfg.Queues[queue].Limits, wake: make(chan struct{}, 1), freed: make(chan struct{}, 1)}
 }
 
 func signal(ch chan struct{}) {
@@ -144,6 +145,7 @@ func (p *producer) claim(n int) ([]idemtype.JobRow, error) {
 	defer cancel()
 	return p.c.drv.ClaimJobs(ctx, driver.ClaimJobsParams{
 		Queue: p.queue, Worker: p.c.cfg.ID, Limit: n, LeaseID: rand.Int64(), Lease: p.c.cfg.Lease, RescueLimit: rescueLimit,
+		Concurrency: p.limits.Concurrency, PerPartition: p.limits.PerPartition, Rate: p.limits.Rate, RateInterval: p.limits.RateInterval,
 	})
 }
 

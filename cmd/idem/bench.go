@@ -35,7 +35,7 @@ latency and the ratio idem/baseline:
 
   ledger       claim+complete vs the same two statements written by hand
   groupcommit  the ledger with group commit vs one commit per write
-  jobs         enqueue, and claim+complete, vs hand-written SQL loops
+  jobs         enqueue, bulk insert, and claim+complete, vs hand-written SQL loops
                (FOR UPDATE SKIP LOCKED on PostgreSQL, BEGIN IMMEDIATE on SQLite)
   gateway      keyed POSTs through idem's gateway vs a bare
                httputil.ReverseProxy, in front of the same loopback upstream

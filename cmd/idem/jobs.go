@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -510,6 +511,9 @@ type jobJSON struct {
 	Errors      []jobErrorJSON    `json:"errors,omitempty"`
 	Args        *blobJSON         `json:"args,omitempty"`
 	Result      *blobJSON         `json:"result,omitempty"`
+	// Metadata is the job's metadata object (EnqueueOpts.Metadata).
+	Metadata     json.RawMessage `json:"metadata,omitempty"`
+	PartitionKey string          `json:"partition_key,omitempty"`
 }
 
 type jobErrorJSON struct {
@@ -539,6 +543,7 @@ func toJobJSON(r *idemtype.JobRow, full bool, previewBytes int) jobJSON {
 		ID: r.ID, Queue: r.Queue, Kind: r.Kind, State: r.State, Priority: r.Priority, Attempt: r.Attempt, MaxAttempts: r.MaxAttempts,
 		UniqueKey: r.UniqueKey, Worker: r.ClaimedBy, RunAt: jsonTime(r.RunAt), LeaseUntil: jsonTime(r.LeaseUntil),
 		CreatedAt: jsonTime(r.CreatedAt), AttemptedAt: jsonTime(r.AttemptedAt), FinalizedAt: jsonTime(r.FinalizedAt),
+		Metadata: jsonObject(r.Metadata), PartitionKey: r.PartitionKey,
 	}
 	if n := len(r.Errors); n > 0 {
 		out.LastError = r.Errors[n-1].Error
@@ -581,6 +586,12 @@ func printJob(w io.Writer, r *idemtype.JobRow, previewBytes int) error {
 		t.row("finalized:", timeText(r.FinalizedAt))
 	}
 	t.row("args:", previewText(r.Args, previewBytes))
+	if r.Metadata != nil {
+		t.row("metadata:", previewText(r.Metadata, previewBytes))
+	}
+	if r.PartitionKey != "" {
+		t.row("partition:", printable(r.PartitionKey))
+	}
 	if r.State == idemtype.JobCompleted {
 		t.row("result:", previewText(r.Result, previewBytes))
 	}
@@ -591,4 +602,17 @@ func printJob(w io.Writer, r *idemtype.JobRow, previewBytes int) error {
 		t.row(fmt.Sprintf("error %d:", e.Attempt), timeText(e.At)+" "+printable(e.Error))
 	}
 	return t.flush()
+}
+
+// jsonObject is stored metadata as JSON to print: as it is when it is
+// JSON (it always is when written by jobs), else as a JSON string.
+func jsonObject(b []byte) json.RawMessage {
+	if b == nil {
+		return nil
+	}
+	if json.Valid(b) {
+		return b
+	}
+	q, _ := json.Marshal(string(b))
+	return q
 }

@@ -20,7 +20,8 @@ import (
 const jobChannel = "idem_jobs"
 
 var jobColNames = []string{"id", "queue", "kind", "args", "state", "priority", "attempt", "max_attempts", "lease_id", "lease_until",
-	"worker", "run_at", "unique_key", "errors", "result", "created_at", "updated_at", "attempted_at", "finalized_at"}
+	"worker", "run_at", "unique_key", "errors", "result", "created_at", "updated_at", "attempted_at", "finalized_at",
+	"metadata", "partition_key"}
 
 // jobCols lists the job columns, each prefixed with p (e.g. "j.").
 func jobCols(p string) string {
@@ -46,16 +47,17 @@ func scanJob(s scanner) (idemtype.JobRow, error) {
 		j                                    idemtype.JobRow
 		state                                string
 		errs                                 []byte
-		key                                  sql.NullString
+		key, part                            sql.NullString
 		leaseUntil, attemptedAt, finalizedAt sql.NullTime
 	)
 	err := s.Scan(&j.ID, &j.Queue, &j.Kind, &j.Args, &state, &j.Priority, &j.Attempt, &j.MaxAttempts, &j.LeaseID, &leaseUntil,
-		&j.ClaimedBy, &j.RunAt, &key, &errs, &j.Result, &j.CreatedAt, &j.UpdatedAt, &attemptedAt, &finalizedAt, &j.Now)
+		&j.ClaimedBy, &j.RunAt, &key, &errs, &j.Result, &j.CreatedAt, &j.UpdatedAt, &attemptedAt, &finalizedAt,
+		&j.Metadata, &part, &j.Now)
 	if err != nil {
 		return j, err
 	}
 	j.State = idemtype.JobState(state)
-	j.UniqueKey = key.String
+	j.UniqueKey, j.PartitionKey = key.String, part.String
 	j.LeaseUntil, j.AttemptedAt, j.FinalizedAt = leaseUntil.Time, attemptedAt.Time, finalizedAt.Time
 	if j.Errors, err = driver.DecodeJobErrors(errs); err != nil {
 		return j, err
@@ -108,6 +110,7 @@ func (d *Driver) enqueue(ctx context.Context, q driver.Executor, jobs []driver.J
 	}
 	var (
 		queues, kinds, keys []string
+		metas, parts        []string
 		args                [][]byte
 		attempts, prios     []int32
 		runAtUS, delays     []int64
@@ -124,24 +127,25 @@ func (d *Driver) enqueue(ctx context.Context, q driver.Executor, jobs []driver.J
 		queues, kinds, keys, args = append(queues, j.Queue), append(kinds, j.Kind), append(keys, j.UniqueKey), append(args, a)
 		attempts, runAtUS, delays = append(attempts, int32(j.MaxAttempts)), append(runAtUS, us), append(delays, j.Delay.Milliseconds())
 		prios = append(prios, int32(j.Priority))
+		metas, parts = append(metas, string(j.Metadata)), append(parts, j.PartitionKey)
 	}
 	// Rows are inserted in input order (ORDER BY v.ord), so their ids grow
 	// in input order: the inserted rows, by id, are the non-duplicates in
 	// order. Each match is checked all the same.
 	rows, err := q.Query(ctx, jobClock+`, v AS (
-	SELECT * FROM unnest($2::text[], $3::text[], $4::bytea[], $5::int[], $6::bigint[], $7::bigint[], $8::text[], $9::smallint[])
-		WITH ORDINALITY AS v(queue, kind, args, max_attempts, run_at_us, delay_ms, unique_key, priority, ord)),
+	SELECT * FROM unnest($2::text[], $3::text[], $4::bytea[], $5::int[], $6::bigint[], $7::bigint[], $8::text[], $9::smallint[], $10::text[], $11::text[])
+		WITH ORDINALITY AS v(queue, kind, args, max_attempts, run_at_us, delay_ms, unique_key, priority, metadata, partition_key, ord)),
 ins AS (
-	INSERT INTO idem_jobs (queue, kind, args, state, max_attempts, run_at, unique_key, created_at, updated_at, priority)
+	INSERT INTO idem_jobs (queue, kind, args, state, max_attempts, run_at, unique_key, created_at, updated_at, priority, metadata, partition_key)
 	SELECT v.queue, v.kind, v.args, 'available', v.max_attempts,
 		CASE WHEN v.run_at_us = 0 THEN c.now + v.delay_ms`+msInterval+`
 			ELSE timestamptz 'epoch' + v.run_at_us * interval '1 microsecond' END,
-		nullif(v.unique_key, ''), c.now, c.now, v.priority
+		nullif(v.unique_key, ''), c.now, c.now, v.priority, nullif(v.metadata, '')::jsonb, nullif(v.partition_key, '')
 	FROM v, c ORDER BY v.ord
 	ON CONFLICT (queue, unique_key) DO NOTHING
 	RETURNING *)
 SELECT `+jobCols("ins.")+`, c.now FROM ins, c ORDER BY ins.id`,
-		d.clock(), queues, kinds, args, attempts, runAtUS, delays, keys, prios)
+		d.clock(), queues, kinds, args, attempts, runAtUS, delays, keys, prios, metas, parts)
 	if err != nil {
 		return nil, nil, fmt.Errorf("postgres: enqueue: %w", err)
 	}
@@ -203,12 +207,14 @@ func (d *Driver) enqueueOne(ctx context.Context, q driver.Executor, j driver.Job
 		err := d.gc.Write(ctx, q, &groupcommit.Write{
 			Key: j.Queue + "\x00" + j.UniqueKey,
 			Query: jobClock + `, ins AS (
-	INSERT INTO idem_jobs (queue, kind, args, state, max_attempts, run_at, unique_key, created_at, updated_at, priority)
-	SELECT $2, $3, $4, 'available', $5, coalesce($6::timestamptz, c.now + $7` + msInterval + `), $8::text, c.now, c.now, $9 FROM c
+	INSERT INTO idem_jobs (queue, kind, args, state, max_attempts, run_at, unique_key, created_at, updated_at, priority, metadata, partition_key)
+	SELECT $2, $3, $4, 'available', $5, coalesce($6::timestamptz, c.now + $7` + msInterval + `), $8::text, c.now, c.now, $9,
+		$10::text::jsonb, $11::text FROM c
 	ON CONFLICT (queue, unique_key) DO NOTHING
 	RETURNING *)
 SELECT ` + jobCols("ins.") + `, c.now FROM ins, c`,
-			Args: []any{d.clock(), j.Queue, j.Kind, args, j.MaxAttempts, runAt, j.Delay.Milliseconds(), driver.NullIfEmpty(j.UniqueKey), int16(j.Priority)},
+			Args: []any{d.clock(), j.Queue, j.Kind, args, j.MaxAttempts, runAt, j.Delay.Milliseconds(), driver.NullIfEmpty(j.UniqueKey), int16(j.Priority),
+				driver.NullIfEmpty(string(j.Metadata)), driver.NullIfEmpty(j.PartitionKey)},
 			Row: func(r groupcommit.Scanner) error {
 				var err error
 				row, err = scanJob(r)
@@ -274,6 +280,9 @@ func (d *Driver) ListenJobs(ctx context.Context, ready func(), wake func(string)
 // LOCKED in MATERIALIZED CTEs, evaluated exactly once: a subquery under
 // IN could be re-run by the planner and lock more than its LIMIT.
 func (d *Driver) ClaimJobs(ctx context.Context, p driver.ClaimJobsParams) ([]idemtype.JobRow, error) {
+	if p.Concurrency > 0 || p.Rate > 0 {
+		return d.claimLimited(ctx, p)
+	}
 	rows, err := d.ex.Query(ctx, jobClock+`,
 expired AS MATERIALIZED (
 	SELECT id FROM idem_jobs, c WHERE state = 'running' AND queue = $2 AND lease_until <= c.now

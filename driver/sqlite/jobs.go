@@ -16,23 +16,26 @@ import (
 )
 
 const jobCols = `id, queue, kind, args, state, priority, attempt, max_attempts, lease_id, lease_until, worker, run_at,
-	unique_key, errors, result, created_at, updated_at, attempted_at, finalized_at`
+	unique_key, errors, result, created_at, updated_at, attempted_at, finalized_at, metadata, partition_key`
 
 func scanJob(s scanner, now int64) (idemtype.JobRow, error) {
 	var (
 		j                                    idemtype.JobRow
 		state, errs                          string
-		key                                  sql.NullString
+		key, meta, part                      sql.NullString
 		leaseUntil, attemptedAt, finalizedAt sql.NullInt64
 		runAt, createdAt, updatedAt          int64
 	)
 	err := s.Scan(&j.ID, &j.Queue, &j.Kind, &j.Args, &state, &j.Priority, &j.Attempt, &j.MaxAttempts, &j.LeaseID, &leaseUntil,
-		&j.ClaimedBy, &runAt, &key, &errs, &j.Result, &createdAt, &updatedAt, &attemptedAt, &finalizedAt)
+		&j.ClaimedBy, &runAt, &key, &errs, &j.Result, &createdAt, &updatedAt, &attemptedAt, &finalizedAt, &meta, &part)
 	if err != nil {
 		return j, err
 	}
 	j.State = idemtype.JobState(state)
-	j.UniqueKey = key.String
+	j.UniqueKey, j.PartitionKey = key.String, part.String
+	if meta.Valid {
+		j.Metadata = []byte(meta.String)
+	}
 	j.LeaseUntil, j.AttemptedAt, j.FinalizedAt = nullMS(leaseUntil), nullMS(attemptedAt), nullMS(finalizedAt)
 	j.RunAt, j.CreatedAt, j.UpdatedAt = fromMS(runAt), fromMS(createdAt), fromMS(updatedAt)
 	j.Now = fromMS(now)
@@ -123,11 +126,12 @@ func (d *Driver) enqueueOne(ctx context.Context, q driver.Executor, j driver.Job
 		err := d.gc.Write(ctx, q, &groupcommit.Write{
 			Key: j.Queue + "\x00" + j.UniqueKey,
 			Query: `INSERT INTO idem_jobs
-	(queue, kind, args, state, max_attempts, run_at, unique_key, created_at, updated_at, priority)
-	VALUES (?1, ?2, ?3, 'available', ?4, ?5, ?6, ?7, ?7, ?8)
+	(queue, kind, args, state, max_attempts, run_at, unique_key, created_at, updated_at, priority, metadata, partition_key)
+	VALUES (?1, ?2, ?3, 'available', ?4, ?5, ?6, ?7, ?7, ?8, ?9, ?10)
 	ON CONFLICT (queue, unique_key) DO NOTHING
 	RETURNING ` + jobCols,
-			Args: []any{j.Queue, j.Kind, args, j.MaxAttempts, runAt, driver.NullIfEmpty(j.UniqueKey), now, j.Priority},
+			Args: []any{j.Queue, j.Kind, args, j.MaxAttempts, runAt, driver.NullIfEmpty(j.UniqueKey), now, j.Priority,
+				driver.NullIfEmpty(string(j.Metadata)), driver.NullIfEmpty(j.PartitionKey)},
 			Row: func(r groupcommit.Scanner) error {
 				var err error
 				row, err = scanJob(r, now)
@@ -179,6 +183,16 @@ func (d *Driver) ClaimJobs(ctx context.Context, p driver.ClaimJobsParams) ([]ide
 	}
 	defer tx.Rollback()
 	now := d.nowMS() // read after the write lock is held
+	if p.Concurrency > 0 || p.Rate > 0 {
+		out, err := d.claimLimited(ctx, tx, now, p)
+		if err != nil {
+			return nil, err
+		}
+		if err := tx.Commit(); err != nil {
+			return nil, fmt.Errorf("sqlite: claim jobs: %w", err)
+		}
+		return out, nil
+	}
 	rows, err := tx.Query(ctx, `UPDATE idem_jobs SET state = 'running', attempt = attempt + 1,
 	lease_id = ?2, lease_until = ?1 + ?3, worker = ?4, attempted_at = ?1, updated_at = ?1
 	WHERE id IN (SELECT id FROM idem_jobs WHERE state = 'available' AND queue = ?5 AND run_at <= ?1

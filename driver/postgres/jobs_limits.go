@@ -1,0 +1,175 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemdev/idem/driver"
+	"github.com/idemdev/idem/idemtype"
+	"github.com/jackc/pgx/v5"
+)
+
+// claimLimited claims for a queue with a global concurrency limit or a rate
+// limit, in one transaction: an advisory lock per queue serializes the
+// queue's limited claims across hosts; every statement after it sees the
+// claims committed before it (READ COMMITTED takes a snapshot per
+// statement) and uses one clock, read once the lock is held.
+func (d *Driver) claimLimited(ctx context.Context, p driver.ClaimJobsParams) ([]idemtype.JobRow, error) {
+	tx, err := d.pool.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: claim jobs: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	var now time.Time
+	if err := tx.QueryRow(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('idem_jobs_claim:' || $2, 0))::text,
+	coalesce($1::timestamptz, statement_timestamp())`, d.clock(), p.Queue).Scan(new(string), &now); err != nil {
+		return nil, fmt.Errorf("postgres: claim jobs: lock queue: %w", err)
+	}
+	if p.RescueLimit > 0 {
+		if _, err := tx.Exec(ctx, jobClock+`,
+expired AS MATERIALIZED (
+	SELECT id FROM idem_jobs, c WHERE state = 'running' AND queue = $2 AND lease_until <= c.now
+	ORDER BY lease_until LIMIT $3 FOR UPDATE OF idem_jobs SKIP LOCKED)
+UPDATE idem_jobs j SET
+	state = CASE WHEN j.attempt < j.max_attempts THEN 'available' ELSE 'dead' END,
+	finalized_at = CASE WHEN j.attempt < j.max_attempts THEN NULL ELSE c.now END,
+	run_at = c.now, lease_until = NULL, updated_at = c.now,
+	errors = `+appendError(`'lease expired: worker ' || j.worker || ' stopped heartbeating'`)+`
+FROM c, expired WHERE j.id = expired.id`, now, p.Queue, p.RescueLimit); err != nil {
+			return nil, fmt.Errorf("postgres: rescue jobs: %w", err)
+		}
+	}
+	limit := p.Limit
+	var window int64
+	if p.Rate > 0 {
+		iv := max(p.RateInterval.Milliseconds(), 1)
+		window = now.UnixMilli() / iv
+		var used int
+		err := tx.QueryRow(ctx, `SELECT claimed FROM idem_job_rates WHERE queue = $1 AND window_start = $2`, p.Queue, window).Scan(&used)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("postgres: claim jobs: read rate: %w", err)
+		}
+		limit = min(limit, p.Rate-used)
+	}
+	var out []idemtype.JobRow
+	if limit > 0 {
+		conc := p.Concurrency
+		if conc <= 0 {
+			conc = 1 << 30
+		}
+		rows, err := pgxExecutor{tx}.Query(ctx, jobClock+`,
+run AS (
+	SELECT CASE WHEN $8 THEN coalesce(partition_key, '') ELSE '' END AS part, count(*) AS n
+	FROM idem_jobs, c WHERE state = 'running' AND queue = $2 AND lease_until > c.now GROUP BY 1),
+cand AS (
+	SELECT id, priority, run_at, CASE WHEN $8 THEN coalesce(partition_key, '') ELSE '' END AS part
+	FROM idem_jobs, c WHERE state = 'available' AND queue = $2 AND run_at <= c.now
+	ORDER BY priority, run_at, id LIMIT $9),
+ranked AS (
+	SELECT cand.id, cand.priority, cand.run_at,
+		row_number() OVER (PARTITION BY cand.part ORDER BY cand.priority, cand.run_at, cand.id) + coalesce(run.n, 0) AS pos
+	FROM cand LEFT JOIN run ON run.part = cand.part),
+due AS MATERIALIZED (
+	SELECT j.id FROM idem_jobs j WHERE j.state = 'available' AND j.id IN (
+		SELECT id FROM ranked WHERE pos <= $7 ORDER BY priority, run_at, id LIMIT $3)
+	FOR UPDATE OF j SKIP LOCKED),
+claimed AS (
+	UPDATE idem_jobs j SET state = 'running', attempt = j.attempt + 1, lease_id = $4,
+		lease_until = c.now + $5`+msInterval+`, worker = $6, attempted_at = c.now, updated_at = c.now
+	FROM c, due WHERE j.id = due.id
+	RETURNING j.*)
+SELECT `+jobCols("claimed.")+`, c.now FROM claimed, c ORDER BY claimed.priority, claimed.run_at, claimed.id`,
+			now, p.Queue, limit, p.LeaseID, p.Lease.Milliseconds(), p.Worker, conc, p.PerPartition, limitScan(limit))
+		if err != nil {
+			return nil, fmt.Errorf("postgres: claim jobs: %w", err)
+		}
+		if out, err = scanJobs(rows); err != nil {
+			return nil, fmt.Errorf("postgres: claim jobs: %w", err)
+		}
+	}
+	if p.Rate > 0 && len(out) > 0 {
+		if _, err := tx.Exec(ctx, `INSERT INTO idem_job_rates (queue, window_start, claimed) VALUES ($1, $2, $3)
+	ON CONFLICT (queue) DO UPDATE SET claimed = CASE WHEN idem_job_rates.window_start = excluded.window_start
+		THEN idem_job_rates.claimed + excluded.claimed ELSE excluded.claimed END, window_start = excluded.window_start`,
+			p.Queue, window, len(out)); err != nil {
+			return nil, fmt.Errorf("postgres: claim jobs: count rate: %w", err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("postgres: claim jobs: %w", err)
+	}
+	return out, nil
+}
+
+// limitScan is how many due jobs, in claim order, a limited claim looks
+// at to find limit that fit their partitions' free slots: a partition at
+// its limit with more waiting jobs than this hides the ones behind it
+// until its jobs finish.
+func limitScan(limit int) int { return max(limit*16, 1000) }
+
+// InsertJobsFast reserves ids from the sequence, then COPYs the rows in,
+// in one transaction.
+func (d *Driver) InsertJobsFast(ctx context.Context, jobs []driver.JobInsert) ([]int64, error) {
+	if len(jobs) == 0 {
+		return nil, nil
+	}
+	for i, j := range jobs {
+		if j.UniqueKey != "" {
+			return nil, fmt.Errorf("postgres: insert jobs fast: job %d has a unique key; COPY cannot skip duplicates", i)
+		}
+	}
+	tx, err := d.pool.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: insert jobs fast: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	var (
+		now time.Time
+		ids []int64
+	)
+	if err := tx.QueryRow(ctx, `SELECT coalesce($1::timestamptz, statement_timestamp()),
+	array(SELECT nextval(pg_get_serial_sequence('idem_jobs', 'id')) FROM generate_series(1, $2))`,
+		d.clock(), len(jobs)).Scan(&now, &ids); err != nil {
+		return nil, fmt.Errorf("postgres: insert jobs fast: reserve ids: %w", err)
+	}
+	if len(ids) != len(jobs) {
+		return nil, fmt.Errorf("postgres: insert jobs fast: %d ids for %d jobs", len(ids), len(jobs))
+	}
+	i := 0
+	src := pgx.CopyFromFunc(func() ([]any, error) {
+		if i == len(jobs) {
+			return nil, nil
+		}
+		j := jobs[i]
+		runAt := j.RunAt
+		if runAt.IsZero() {
+			runAt = now.Add(j.Delay.Truncate(time.Millisecond))
+		}
+		args := j.Args
+		if args == nil {
+			args = []byte{}
+		}
+		var meta, part any
+		if len(j.Metadata) > 0 {
+			meta = json.RawMessage(j.Metadata)
+		}
+		if j.PartitionKey != "" {
+			part = j.PartitionKey
+		}
+		row := []any{ids[i], j.Queue, j.Kind, args, string(idemtype.JobAvailable), int32(j.MaxAttempts), runAt, now, now,
+			int16(j.Priority), meta, part}
+		i++
+		return row, nil
+	})
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"idem_jobs"}, []string{"id", "queue", "kind", "args", "state", "max_attempts",
+		"run_at", "created_at", "updated_at", "priority", "metadata", "partition_key"}, src); err != nil {
+		return nil, fmt.Errorf("postgres: insert jobs fast: copy: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("postgres: insert jobs fast: %w", err)
+	}
+	return ids, nil
+}
