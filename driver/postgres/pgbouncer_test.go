@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -168,6 +170,62 @@ func TestPgBouncerListen(t *testing.T) {
 			}
 			stop()
 			<-ended
+		})
+	}
+}
+
+// Group commit works through PgBouncer: PgBouncer refuses lock_timeout as
+// a startup parameter, and the committers then connect without it and set
+// it per batch, instead of every write falling back to the pool.
+func TestPgBouncerGroupCommit(t *testing.T) {
+	for _, mode := range []pgtest.PoolMode{pgtest.SessionPooling, pgtest.TransactionPooling} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			url := bouncerURL(t, mode)
+			l, err := dburl.Open(ctx, url, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			var wg sync.WaitGroup
+			for i := range 32 {
+				wg.Go(func() {
+					for k := range 5 {
+						c, err := l.Claim(ctx, idem.Op{Scope: "s", Key: fmt.Sprint(i, "-", k), Fingerprint: "f"})
+						if err == nil {
+							err = l.Complete(ctx, c, idem.Result{Status: 200})
+						}
+						if err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			u, err := dburl.Parse(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := pgx.ParseConfig(u.ConnString)
+			if err != nil {
+				t.Fatal(err)
+			}
+			conn, err := pgx.Connect(ctx, pgtest.Shared(t).URL("postgres"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close(ctx)
+			var n int
+			if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND application_name = 'idem group commit'`,
+				cfg.Database).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n == 0 {
+				t.Fatal("no group-commit connection reached PostgreSQL through PgBouncer")
+			}
 		})
 	}
 }
