@@ -52,6 +52,12 @@ type Pool struct {
 	MaxConnIdleTime       time.Duration // pool_max_conn_idle_time
 	HealthCheckPeriod     time.Duration // pool_health_check_period
 	PingTimeout           time.Duration // pool_ping_timeout
+	// Pooler is pooler=transaction when the URL reaches PostgreSQL
+	// through a pooler in transaction mode (PgBouncer pool_mode=transaction):
+	// Open then uses no named prepared statements and jobs poll instead of
+	// LISTEN (see postgres.Options.TransactionPooling). pooler=session (or
+	// none) changes nothing.
+	Pooler string
 }
 
 // sqliteOptions are the options a sqlite: URL may carry, with their
@@ -157,7 +163,7 @@ func parsePostgresURL(s string) (URL, error) {
 		if err != nil {
 			return URL{}, fmt.Errorf("dburl: postgres URL %q: bad query parameter name", Redact(s))
 		}
-		if strings.HasPrefix(k, "pool_") {
+		if strings.HasPrefix(k, "pool_") || k == "pooler" {
 			v, err := url.QueryUnescape(rv)
 			if err != nil {
 				return URL{}, fmt.Errorf("dburl: postgres URL: %s: bad value", k)
@@ -213,6 +219,12 @@ func (p *Pool) set(k, v string) error {
 		return nil
 	}
 	switch k {
+	case "pooler":
+		if v != "session" && v != "transaction" {
+			return bad("session or transaction")
+		}
+		p.Pooler = v
+		return nil
 	case "pool_max_conns":
 		return count(&p.MaxConns, 1)
 	case "pool_min_conns":
@@ -230,7 +242,7 @@ func (p *Pool) set(k, v string) error {
 	case "pool_ping_timeout":
 		return dur(&p.PingTimeout)
 	}
-	return fmt.Errorf("dburl: unknown pool setting %q (known: pool_max_conns, pool_min_conns, pool_min_idle_conns, pool_max_conn_lifetime, pool_max_conn_lifetime_jitter, pool_max_conn_idle_time, pool_health_check_period, pool_ping_timeout)", k)
+	return fmt.Errorf("dburl: unknown pool setting %q (known: pooler, pool_max_conns, pool_min_conns, pool_min_idle_conns, pool_max_conn_lifetime, pool_max_conn_lifetime_jitter, pool_max_conn_idle_time, pool_health_check_period, pool_ping_timeout)", k)
 }
 
 // String returns the URL in the form Parse reads back: sqlite:PATH with
@@ -277,6 +289,9 @@ func (p Pool) values() url.Values {
 		if c.d != 0 {
 			q.Set(c.k, c.d.String())
 		}
+	}
+	if p.Pooler != "" {
+		q.Set("pooler", p.Pooler)
 	}
 	return q
 }

@@ -59,6 +59,9 @@ func TestParsePostgres(t *testing.T) {
 		{in: "host=db.example port=5433 dbname=ledger user=u password='a b\\'c' sslmode=disable", host: "db.example", port: 5433, db: "ledger", user: "u", pass: "a b'c"},
 		{in: "host=/var/run/postgresql dbname=ledger sslmode=disable pool_max_conns=3", host: "/var/run/postgresql", port: 5432, db: "ledger", pool: dburl.Pool{MaxConns: 3}},
 		{in: "host=h1,h2 port=5432,5433 dbname=d sslmode=disable", host: "h1", port: 5432, db: "d", fallbacks: 1},
+		{in: "postgres://u@bouncer:6432/db?pooler=transaction&sslmode=disable", host: "bouncer", port: 6432, db: "db", user: "u",
+			pool: dburl.Pool{Pooler: "transaction"}},
+		{in: "host=bouncer port=6432 dbname=db sslmode=disable pooler=session pool_max_conns=4", host: "bouncer", port: 6432, db: "db", pool: dburl.Pool{Pooler: "session", MaxConns: 4}},
 	} {
 		u, err := dburl.Parse(tc.in)
 		if err != nil {
@@ -68,7 +71,7 @@ func TestParsePostgres(t *testing.T) {
 		if u.Driver != dburl.Postgres || u.Pool != tc.pool {
 			t.Errorf("Parse(%q) = driver %q pool %+v; want postgres %+v", tc.in, u.Driver, u.Pool, tc.pool)
 		}
-		if !strings.HasPrefix(u.ConnString, "postgres://") || strings.Contains(u.ConnString, "pool_") {
+		if !strings.HasPrefix(u.ConnString, "postgres://") || strings.Contains(u.ConnString, "pool") {
 			t.Errorf("Parse(%q).ConnString = %q: want a postgres:// URL without pool settings", tc.in, u.ConnString)
 		}
 		// What pgx reads from the connection string is what was asked for.
@@ -102,6 +105,7 @@ func TestParseErrorsHideSecrets(t *testing.T) {
 		{"host=h password='S3CRET", "unterminated"},
 		{"postgres://u:S3CRET@h/db?pool_max_conns=zero", "pool_max_conns"},
 		{"postgres://u:S3CRET@h/db?pool_bogus=1", "unknown pool setting"},
+		{"postgres://u:S3CRET@h/db?pooler=statement", "want session or transaction"},
 		{"just S3CRET words", "not a database URL"},
 	} {
 		_, err := dburl.Parse(tc.in)

@@ -25,4 +25,11 @@
 // Pool settings in a PostgreSQL URL or keyword string (pool_max_conns and
 // the other names pgxpool reads) are taken out of the connection string
 // into URL.Pool, so the connection string never sends them to the server.
+// So is pooler=transaction, which says the URL reaches PostgreSQL through a
+// pooler in transaction mode (PgBouncer pool_mode=transaction): Open then
+// makes pgx describe statements and run them unnamed
+// (default_query_exec_mode=cache_describe, unless the URL picks a mode) and
+// jobs poll instead of LISTEN. Without it, idem.New fails with an error that
+// names the option when the pooler breaks prepared statements. See
+// docs/scaling.md.
 package dburl

@@ -110,7 +110,7 @@ func parseKeywords(s string) (URL, error) {
 	u := URL{Driver: Postgres}
 	var q []string
 	for _, p := range pairs {
-		if strings.HasPrefix(p.key, "pool_") {
+		if strings.HasPrefix(p.key, "pool_") || p.key == "pooler" {
 			if err := u.Pool.set(p.key, p.value); err != nil {
 				return URL{}, err
 			}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"net/url"
 	"runtime"
 	"strings"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/idemdev/idem/driver"
 	"github.com/idemdev/idem/driver/postgres"
 	"github.com/idemdev/idem/driver/sqlite"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -106,11 +108,28 @@ func openPostgres(ctx context.Context, u URL) (driver.Driver, error) {
 	}
 	cfg.MaxConns = DefaultPoolSize
 	u.Pool.apply(cfg)
+	txPooling := u.Pool.Pooler == "transaction"
+	if txPooling && !setsExecMode(u.ConnString) {
+		// Named prepared statements would land on other server
+		// connections: describe once, execute unnamed, one round trip.
+		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: open %s: %w", Redact(u.ConnString), err)
 	}
-	return postgres.New(pool, &postgres.Options{ClosePool: true}), nil
+	return postgres.New(pool, &postgres.Options{ClosePool: true, TransactionPooling: txPooling}), nil
+}
+
+// setsExecMode reports whether a postgres:// connection string chooses
+// pgx's default_query_exec_mode itself.
+func setsExecMode(conn string) bool {
+	i := queryStart(conn)
+	if i < 0 {
+		return false
+	}
+	q, err := url.ParseQuery(conn[i+1:])
+	return err == nil && q.Has("default_query_exec_mode")
 }
 
 // apply sets the pool settings the URL gave.

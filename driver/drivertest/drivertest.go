@@ -44,6 +44,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -87,6 +88,10 @@ type Target struct {
 	// Open makes a driver on db, not yet set up (idem.New sets it up),
 	// that releases what it opened when closed.
 	Open func(ctx context.Context, db string) (driver.Driver, error)
+	// Cases, when set, runs only the cases with these names: for a target
+	// that varies another already run in full (the same driver through a
+	// connection pooler).
+	Cases []string
 }
 
 // openLedger opens a ledger on db through the target's driver.
@@ -149,6 +154,9 @@ func Run(t *testing.T, tg Target) {
 	s := &suite{target: tg}
 	t.Run(tg.Name, func(t *testing.T) {
 		for _, c := range cases {
+			if tg.Cases != nil && !slices.Contains(tg.Cases, c.name) {
+				continue
+			}
 			t.Run(c.name, func(t *testing.T) {
 				t.Parallel()
 				c.run(t, s)

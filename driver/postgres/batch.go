@@ -89,6 +89,25 @@ type committer struct {
 	d    *Driver
 	cc   *pgx.ConnConfig
 	conn *pgx.Conn // nil until needed, and after it broke
+	// setLocal: the server refused lock_timeout as a startup parameter
+	// (PgBouncer does), so each batch sets it with SET LOCAL, which lasts
+	// its transaction on whatever server connection a pooler picks.
+	setLocal bool
+}
+
+// connect opens the committer's connection with lock_timeout as a
+// startup parameter, or, where a pooler refuses that, without it.
+func (c *committer) connect(ctx context.Context) (*pgx.Conn, error) {
+	if !c.setLocal {
+		conn, err := pgx.ConnectConfig(ctx, c.cc)
+		if err == nil || !strings.Contains(err.Error(), "unsupported startup parameter") {
+			return conn, err
+		}
+		c.setLocal = true
+	}
+	cc := c.cc.Copy()
+	delete(cc.RuntimeParams, "lock_timeout")
+	return pgx.ConnectConfig(ctx, cc)
 }
 
 func (c *committer) close() {
@@ -106,14 +125,14 @@ func (c *committer) commit(batch []*groupcommit.Write) {
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
 	if c.conn == nil {
-		conn, err := pgx.ConnectConfig(ctx, c.cc)
+		conn, err := c.connect(ctx)
 		if err != nil {
 			c.d.runAlone(batch) // nothing was sent: the pool may fare better
 			return
 		}
 		c.conn = conn
 	}
-	if len(batch) == 1 {
+	if len(batch) == 1 && !c.setLocal {
 		c.commitOne(ctx, batch[0])
 		return
 	}
@@ -121,11 +140,17 @@ func (c *committer) commit(batch []*groupcommit.Write) {
 
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
+	if c.setLocal {
+		b.Queue("SET LOCAL lock_timeout = '" + batchLockTimeout + "'")
+	}
 	for _, w := range batch {
 		b.Queue(w.Query, w.Args...)
 	}
 	br := c.conn.SendBatch(ctx, b)
 	_, err := br.Exec()
+	if err == nil && c.setLocal {
+		_, err = br.Exec()
+	}
 	for _, w := range batch {
 		if err != nil {
 			break // the rest did not run; the batch rolls back

@@ -255,8 +255,13 @@ func (d *Driver) NotifyJobs(ctx context.Context, q driver.Executor, queues []str
 }
 
 // ListenJobs holds one dedicated connection (not from the pool) in LISTEN
-// until ctx ends or the connection fails.
+// until ctx ends or the connection fails. Behind a pooler in transaction
+// mode (Options.TransactionPooling) a LISTEN would last one statement: it
+// returns errors.ErrUnsupported, and workers poll.
 func (d *Driver) ListenJobs(ctx context.Context, ready func(), wake func(string)) error {
+	if d.txPooling {
+		return fmt.Errorf("postgres: LISTEN through a pooler in transaction mode: %w", errors.ErrUnsupported)
+	}
 	conn, err := pgx.ConnectConfig(ctx, d.cc)
 	if err != nil {
 		return fmt.Errorf("postgres: listen: %w", err)

@@ -37,6 +37,20 @@ type Options struct {
 	// idem (as a URL-based open does). By default the application keeps
 	// its pool.
 	ClosePool bool
+	// TransactionPooling says the pool reaches PostgreSQL through a pooler
+	// in transaction mode (PgBouncer pool_mode=transaction), where a
+	// session lasts one transaction. idem then opens no LISTEN connection
+	// (ListenJobs returns errors.ErrUnsupported, and job workers poll every
+	// PollInterval), and the pool must not use named prepared statements:
+	// give it a DefaultQueryExecMode of QueryExecModeCacheDescribe (or
+	// Exec, or SimpleProtocol), unless the pooler keeps prepared
+	// statements itself (PgBouncer 1.21+ with max_prepared_statements).
+	// dburl sets both for a URL with pooler=transaction.
+	//
+	// Setup checks, whatever this says, that named prepared statements
+	// work when the pool uses them, and fails with an error naming this
+	// option when they do not.
+	TransactionPooling bool
 }
 
 // Driver is a PostgreSQL database, on the application's pgx pool.
@@ -46,6 +60,7 @@ type Driver struct {
 	db        *sql.DB         // a database/sql view of pool, for Do's transactions
 	cc        *pgx.ConnConfig // how to open connections of its own (group commit, LISTEN)
 	closePool bool
+	txPooling bool
 	now       func() time.Time
 	migs      []driver.Migration
 	// gc gathers ledger writes into group commits, sent by the committers
@@ -63,7 +78,7 @@ func New(pool *pgxpool.Pool, opts *Options) *Driver {
 	if opts != nil {
 		o = *opts
 	}
-	d := &Driver{pool: pool, closePool: o.ClosePool, migs: Migrations()}
+	d := &Driver{pool: pool, closePool: o.ClosePool, txPooling: o.TransactionPooling, migs: Migrations()}
 	if pool != nil {
 		d.ex = pgxExecutor{pool}
 		d.db = stdlib.OpenDBFromPool(pool)
@@ -86,6 +101,9 @@ func (d *Driver) Setup(ctx context.Context, cfg driver.Config) error {
 	defer cancel()
 	if err := d.pool.Ping(pctx); err != nil {
 		return fmt.Errorf("postgres: connect to %s: %w", server(d.cc), err)
+	}
+	if err := d.checkPreparedStatements(pctx); err != nil {
+		return err
 	}
 	if !cfg.NoMigrate {
 		if _, err := d.Migrate(ctx); err != nil {

@@ -26,7 +26,9 @@ var target = drivertest.Target{
 	},
 }
 
-func TestMain(m *testing.M) { drivertest.Main(m, target) }
+func TestMain(m *testing.M) {
+	drivertest.Main(m, append([]drivertest.Target{target}, bouncerTargets...)...)
+}
 
 func TestConformance(t *testing.T) { drivertest.Run(t, target) }
 
