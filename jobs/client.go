@@ -97,6 +97,9 @@ func (c *Client) Start(ctx context.Context) error {
 		c.fetchers.Go(func() { p.run(c.stop) })
 	}
 	c.bg.Go(func() { c.listen(bgCtx) })
+	for _, pj := range c.cfg.PeriodicJobs {
+		c.bg.Go(func() { c.periodicLoop(bgCtx, c.stop, pj) })
+	}
 	if c.cfg.Retention > 0 {
 		c.bg.Go(func() { c.pruneLoop(bgCtx) })
 	}
