@@ -18,6 +18,29 @@ type JobQueues interface {
 	// ListJobQueues returns every queue that has a row (was ever paused),
 	// by name.
 	ListJobQueues(ctx context.Context) ([]idemtype.JobQueue, error)
+	// CountJobsByQueue counts every queue's jobs by state (a full scan:
+	// for operators).
+	CountJobsByQueue(ctx context.Context) (map[string]map[idemtype.JobState]int, error)
+}
+
+// ScanQueueCounts reads (queue, state, count) rows and closes rows.
+func ScanQueueCounts(rows Rows) (map[string]map[idemtype.JobState]int, error) {
+	defer rows.Close()
+	out := map[string]map[idemtype.JobState]int{}
+	for rows.Next() {
+		var (
+			q, s string
+			n    int
+		)
+		if err := rows.Scan(&q, &s, &n); err != nil {
+			return nil, err
+		}
+		if out[q] == nil {
+			out[q] = map[idemtype.JobState]int{}
+		}
+		out[q][idemtype.JobState(s)] = n
+	}
+	return out, rows.Err()
 }
 
 // JobStateBits is the set of states as the unique_states column stores it.

@@ -3,6 +3,8 @@ package jobs
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/idemdev/idem/driver"
 	"github.com/idemdev/idem/idemtype"
@@ -45,13 +47,42 @@ func (c *Client) pause(ctx context.Context, queue string, paused bool) (*idemtyp
 	return &q, nil
 }
 
-// Queues returns the queues that were ever paused or resumed, by name,
-// with whether each is paused now. A queue missing from the list is not
-// paused.
-func (c *Client) Queues(ctx context.Context) ([]idemtype.JobQueue, error) {
+// QueueInfo is one queue as operators see it: whether it is paused, and
+// its jobs by state.
+type QueueInfo struct {
+	idemtype.JobQueue
+	Counts map[idemtype.JobState]int
+}
+
+// Queues returns every queue that has jobs or was ever paused, by name,
+// with whether it is paused now and its jobs by state. It counts every
+// job: for operators, not for a hot path.
+func (c *Client) Queues(ctx context.Context) ([]QueueInfo, error) {
 	qs, err := c.drv.ListJobQueues(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("jobs: list queues: %w", err)
 	}
-	return qs, nil
+	counts, err := c.drv.CountJobsByQueue(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: list queues: %w", err)
+	}
+	byName := map[string]*QueueInfo{}
+	for _, q := range qs {
+		byName[q.Name] = &QueueInfo{JobQueue: q}
+	}
+	for name, m := range counts {
+		if byName[name] == nil {
+			byName[name] = &QueueInfo{JobQueue: idemtype.JobQueue{Name: name}}
+		}
+		byName[name].Counts = m
+	}
+	out := make([]QueueInfo, 0, len(byName))
+	for _, name := range slices.Sorted(maps.Keys(byName)) {
+		q := byName[name]
+		if q.Counts == nil {
+			q.Counts = map[idemtype.JobState]int{}
+		}
+		out = append(out, *q)
+	}
+	return out, nil
 }

@@ -77,7 +77,8 @@ func TestPausedQueueRunsNothing(t *testing.T) {
 			t.Fatalf("%d effects while paused, want 1 (the job running at the pause)", c)
 		}
 		qs, err := workers[1].Queues(ctx)
-		if err != nil || len(qs) != 1 || qs[0].Name != jobs.DefaultQueue || !qs[0].Paused {
+		if err != nil || len(qs) != 1 || qs[0].Name != jobs.DefaultQueue || !qs[0].Paused ||
+			qs[0].Counts[idemtype.JobAvailable] != n || qs[0].Counts[idemtype.JobCompleted] != 1 {
 			t.Fatalf("queues seen by another client: %+v, %v", qs, err)
 		}
 

@@ -44,3 +44,16 @@ func scanJobQueue(s scanner) (idemtype.JobQueue, error) {
 	q.Paused, q.PausedAt = pausedAt.Valid, pausedAt.Time
 	return q, err
 }
+
+// CountJobsByQueue counts every queue's jobs by state.
+func (d *Driver) CountJobsByQueue(ctx context.Context) (map[string]map[idemtype.JobState]int, error) {
+	rows, err := d.ex.Query(ctx, `SELECT queue, state, count(*) FROM idem_jobs GROUP BY queue, state`)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: count jobs by queue: %w", err)
+	}
+	out, err := driver.ScanQueueCounts(rows)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: count jobs by queue: %w", err)
+	}
+	return out, nil
+}

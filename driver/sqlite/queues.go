@@ -45,3 +45,16 @@ func scanJobQueue(s scanner) (idemtype.JobQueue, error) {
 	q.Paused, q.PausedAt, q.UpdatedAt = pausedAt.Valid, nullMS(pausedAt), fromMS(updated)
 	return q, err
 }
+
+// CountJobsByQueue counts every queue's jobs by state.
+func (d *Driver) CountJobsByQueue(ctx context.Context) (map[string]map[idemtype.JobState]int, error) {
+	rows, err := d.r.Query(ctx, `SELECT queue, state, count(*) FROM idem_jobs GROUP BY queue, state`)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: count jobs by queue: %w", err)
+	}
+	out, err := driver.ScanQueueCounts(rows)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: count jobs by queue: %w", err)
+	}
+	return out, nil
+}
