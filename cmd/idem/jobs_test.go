@@ -271,6 +271,9 @@ func TestServeAdminShowsDeadJobs(t *testing.T) {
 	if strings.Contains(body, "jobs-off") || strings.Contains(body, "welcome-2") {
 		t.Error("the jobs section should list the dead job alone")
 	}
+	if !strings.Contains(body, `<section id="queues">`) || !strings.Contains(body, "<td>email</td><td>running</td><td>1</td><td>1</td><td>1</td><td>1</td><td>0</td>") {
+		t.Error("the queues section should show queue email and its jobs by state")
+	}
 }
 
 func TestJobsCancel(t *testing.T) {
