@@ -88,6 +88,9 @@ func helperMain() {
 		fmt.Fprintln(os.Stderr, "helper: start:", err)
 		os.Exit(3)
 	}
+	if periodic != nil {
+		fmt.Println("started")
+	}
 	term := make(chan os.Signal, 1)
 	signal.Notify(term, syscall.SIGTERM)
 	select {

@@ -81,8 +81,8 @@ type PeriodicJob struct {
 	// Args makes the job for one period. Opts may be nil; its UniqueKey is
 	// replaced by the periodic key and its Unique must be nil.
 	Args func() (Args, *EnqueueOpts)
-	// RunOnStart enqueues the job of the period in progress when a client
-	// starts, if no client has yet: see PeriodicJob.
+	// RunOnStart enqueues the job of the period in progress when a
+	// client's Start is called, if no client has yet: see PeriodicJob.
 	RunOnStart bool
 }
 
@@ -113,9 +113,8 @@ func PeriodicKey(name string, at time.Time) string {
 	return "periodic:" + name + ":" + at.UTC().Format(time.RFC3339Nano)
 }
 
-// periodicLoop enqueues pj at each run time until stop closes.
-func (c *Client) periodicLoop(ctx context.Context, stop <-chan struct{}, pj PeriodicJob) {
-	now := time.Now()
+// periodicLoop enqueues pj at each run time after now until stop closes.
+func (c *Client) periodicLoop(ctx context.Context, stop <-chan struct{}, pj PeriodicJob, now time.Time) {
 	if pj.RunOnStart {
 		if at, ok := prevRun(pj.Schedule, now); ok {
 			c.enqueuePeriodic(ctx, stop, pj, at)
