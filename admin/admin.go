@@ -82,6 +82,9 @@ type Options struct {
 	// DeadJobs lists dead-lettered jobs for their section; nil renders
 	// "jobs not configured". The jobs package's extension point.
 	DeadJobs DeadJobsFunc
+	// JobQueues lists the job queues (paused or not, jobs by state) for
+	// their section; nil leaves the section out.
+	JobQueues JobQueuesFunc
 	// ListLimit bounds the parked, stale and dead-job lists. Default 50.
 	ListLimit int
 	// CountTimeout bounds the database counts and lists behind one page.

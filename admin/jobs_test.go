@@ -67,3 +67,31 @@ func TestLedgerDeadJobs(t *testing.T) {
 		t.Error("ListLimit 1: want only the most recent dead job")
 	}
 }
+
+// The queues section shows each queue's jobs by state and whether it is
+// paused, straight from the ledger's database.
+func TestLedgerJobQueues(t *testing.T) {
+	t.Parallel()
+	f := seed(t)
+	srv := serve(t, f, &admin.Options{JobQueues: admin.LedgerJobQueues(f.l)})
+	if _, body, _ := get(t, client(t), srv.URL+"/"); !strings.Contains(body, `<section id="queues">`) {
+		t.Fatal("queues section missing")
+	}
+	killJob(t, f, "welcome-1", "boom")
+	c, err := jobs.New(f.l, &jobs.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Pause(context.Background(), "email"); err != nil {
+		t.Fatal(err)
+	}
+	_, body, _ := get(t, client(t), srv.URL+"/")
+	sec := body[strings.Index(body, `<section id="queues">`):]
+	sec = sec[:strings.Index(sec, "</section>")]
+	if !strings.Contains(sec, "<td>email</td><td><strong class=\"paused\">paused</strong> since") || !strings.Contains(sec, "<td>0</td><td>0</td><td>0</td><td>1</td><td>0</td>") {
+		t.Errorf("queues section:\n%s", sec)
+	}
+	if _, body, _ := get(t, client(t), serve(t, f, nil).URL+"/"); strings.Contains(body, `<section id="queues">`) {
+		t.Error("without JobQueues the section should be left out")
+	}
+}

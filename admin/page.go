@@ -44,6 +44,7 @@ type page struct {
 	Parked, Stale       []row
 	ParkedErr, StaleErr string
 	Jobs                jobsSection
+	Queues              queuesSection
 	Search              search
 }
 
@@ -226,6 +227,14 @@ func (s *server) build(w http.ResponseWriter, r *http.Request, scope, key string
 	}
 	p.Parked, p.ParkedErr = s.list(ctx, idemtype.ListFilter{State: idemtype.StateParked, Limit: s.o.ListLimit})
 	p.Stale, p.StaleErr = s.list(ctx, idemtype.ListFilter{Stale: true, Limit: s.o.ListLimit})
+	if s.o.JobQueues != nil {
+		p.Queues.Configured = true
+		qs, err := s.o.JobQueues(ctx)
+		if err != nil {
+			p.Queues.Err = err.Error()
+		}
+		p.Queues.Items = qs
+	}
 	if s.o.DeadJobs != nil {
 		p.Jobs.Configured = true
 		jobs, err := s.o.DeadJobs(ctx, s.o.ListLimit)

@@ -14,6 +14,7 @@ import (
 // own.
 type Work interface {
 	Jobs
+	JobQueues
 	Inbox
 }
 
@@ -24,8 +25,12 @@ type JobInsert struct {
 	// UniqueKey, when not empty, makes the insert a no-op if a job with the
 	// same (Queue, UniqueKey) exists in any state; the existing job is
 	// returned instead.
-	UniqueKey   string
-	MaxAttempts int
+	UniqueKey string
+	// UniqueStates, when not zero, is the set of states (JobStateBits) in
+	// which UniqueKey holds: the job loses its key for good once it moves
+	// to a state outside the set. Zero means every state.
+	UniqueStates int
+	MaxAttempts  int
 	// Priority is idemtype.JobPriorityHighest … idemtype.JobPriorityLowest.
 	Priority int
 	// RunAt, when not zero, is when the job becomes claimable (the caller's

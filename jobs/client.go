@@ -99,6 +99,10 @@ func (c *Client) Start(ctx context.Context) error {
 		c.fetchers.Go(func() { p.run(c.stop) })
 	}
 	c.bg.Go(func() { c.listen(bgCtx) })
+	started := time.Now() // RunOnStart's period is the one Start was called in
+	for _, pj := range c.cfg.PeriodicJobs {
+		c.bg.Go(func() { c.periodicLoop(bgCtx, c.stop, pj, started) })
+	}
 	if c.cfg.Retention > 0 {
 		c.bg.Go(func() { c.pruneLoop(bgCtx) })
 	}

@@ -93,6 +93,10 @@ type Config struct {
 	// Logger receives one line per notable event, each carrying job_id,
 	// queue, kind and attempt. Default slog.Default().
 	Logger *slog.Logger
+	// PeriodicJobs are enqueued once per period of their schedules by
+	// whichever started client gets there first (see PeriodicJob). Only a
+	// started client enqueues them.
+	PeriodicJobs []PeriodicJob
 	// Metrics receives job transitions and run times: pass a
 	// *metrics.Collector. Default none. For idem_queue_depth, also pass
 	// the client's QueueDepth to the collector's QueueDepthFrom.
@@ -152,6 +156,9 @@ func (cfg *Config) withDefaults() (Config, error) {
 		if err := c.Queues[name].Limits.check(name); err != nil {
 			return c, err
 		}
+	}
+	if err := checkPeriodic(c.PeriodicJobs); err != nil {
+		return c, err
 	}
 	switch {
 	case c.Lease < MinLease || c.Lease > maxLease:

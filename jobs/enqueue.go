@@ -31,6 +31,10 @@ type EnqueueOpts struct {
 	Delay time.Duration
 	// MaxAttempts overrides Config.MaxAttempts for this job.
 	MaxAttempts int
+	// Unique, when set, builds the unique key from UniqueKey, the kind,
+	// the arguments and the period, limits the states it holds in, and
+	// chooses what a duplicate gets. See UniqueOpts.
+	Unique *UniqueOpts
 	// Priority orders the job within its queue: 1 is the highest, 4 the
 	// lowest (River's scale). Zero means 1. A claim takes the due jobs of
 	// the highest priority first, then the oldest RunAt, then the lowest
@@ -126,6 +130,9 @@ func (c *Client) enqueue(ctx context.Context, q driver.Executor, params []Enqueu
 	}
 	ins := make([]driver.JobInsert, len(params))
 	for i, p := range params {
+		if len(params) > 1 && rejects(p.Opts) {
+			return nil, fmt.Errorf("jobs: batch job %d: %w", i, inputErr("unique on duplicate", "DuplicateReject is for Enqueue and EnqueueTx; a batch reports duplicates per job"))
+		}
 		j, err := c.prepare(p)
 		if err != nil {
 			if len(params) > 1 {
@@ -144,6 +151,9 @@ func (c *Client) enqueue(ctx context.Context, q driver.Executor, params []Enqueu
 	for i, r := range rows {
 		out[i] = EnqueueResult{Job: &r, Duplicate: dup[i]}
 		if dup[i] {
+			if rejects(params[i].Opts) {
+				return nil, &DuplicateError{Job: &r}
+			}
 			continue
 		}
 		c.cfg.Metrics.JobTransition(r.Queue, TransitionNone, TransitionAvailable)
@@ -208,8 +218,17 @@ func (c *Client) prepare(p EnqueueParams) (driver.JobInsert, error) {
 	if len(b) > c.cfg.MaxArgsBytes {
 		return driver.JobInsert{}, inputErr("args", "are %d bytes, more than the limit of %d (Config.MaxArgsBytes)", len(b), c.cfg.MaxArgsBytes)
 	}
+	key, states, err := uniqueKey(&o, kind, b, time.Now())
+	if err != nil {
+		return driver.JobInsert{}, err
+	}
+	if key != o.UniqueKey {
+		if err := checkText("unique key", key, maxUniqueKeyLen); err != nil {
+			return driver.JobInsert{}, err
+		}
+	}
 	return driver.JobInsert{
-		Queue: o.Queue, Kind: kind, Args: b, UniqueKey: o.UniqueKey,
+		Queue: o.Queue, Kind: kind, Args: b, UniqueKey: key, UniqueStates: states,
 		MaxAttempts: cmp.Or(o.MaxAttempts, c.cfg.MaxAttempts), RunAt: o.RunAt, Delay: o.Delay,
 		Priority: cmp.Or(o.Priority, idemtype.JobPriorityHighest), Metadata: meta, PartitionKey: o.PartitionKey,
 	}, nil

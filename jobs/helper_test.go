@@ -29,8 +29,10 @@ const (
 	helperLease  = "IDEM_JOBS_HELPER_LEASE"
 	helperPoll   = "IDEM_JOBS_HELPER_POLL"
 	helperSlots  = "IDEM_JOBS_HELPER_SLOTS"
-	modeWorker   = "worker" // work the default queue with effectWorker until SIGTERM
-	modeHoldStop = "hold"   // claim one job, say so, wait for a line on stdin, then try to complete it
+	helperPeriod = "IDEM_JOBS_HELPER_PERIOD"
+	modeWorker   = "worker"   // work the default queue with effectWorker until SIGTERM
+	modeHoldStop = "hold"     // claim one job, say so, wait for a line on stdin, then try to complete it
+	modePeriodic = "periodic" // as worker, and enqueue periodic job "tick" every IDEM_JOBS_HELPER_PERIOD
 )
 
 // helperMain runs a worker process and exits.
@@ -50,9 +52,15 @@ func helperMain() {
 	}
 	ws := jobs.NewWorkers()
 	done := make(chan struct{})
+	var periodic []jobs.PeriodicJob
 	switch os.Getenv(helperEnv) {
 	case modeWorker:
 		jobs.AddWorker(ws, effectWorker(name))
+	case modePeriodic:
+		jobs.AddWorker(ws, effectWorker(name))
+		period, _ := time.ParseDuration(os.Getenv(helperPeriod))
+		periodic = []jobs.PeriodicJob{{Name: "tick", Schedule: jobs.Every(period), RunOnStart: true,
+			Args: func() (jobs.Args, *jobs.EnqueueOpts) { return testArgs{}, nil }}}
 	case modeHoldStop:
 		var once sync.Once
 		jobs.AddWorker(ws, jobs.WorkFunc(func(ctx context.Context, j *jobs.Job[testArgs]) error {
@@ -72,7 +80,8 @@ func helperMain() {
 	}
 	c, err := jobs.New(l, &jobs.Config{
 		Workers: ws, Lease: lease, PollInterval: poll, ID: name, Logger: quietLogger(),
-		Queues: map[string]jobs.QueueConfig{jobs.DefaultQueue: {MaxWorkers: slots}},
+		Queues:       map[string]jobs.QueueConfig{jobs.DefaultQueue: {MaxWorkers: slots}},
+		PeriodicJobs: periodic,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helper:", err)
@@ -81,6 +90,9 @@ func helperMain() {
 	if err := c.Start(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "helper: start:", err)
 		os.Exit(3)
+	}
+	if periodic != nil {
+		fmt.Println("started")
 	}
 	term := make(chan os.Signal, 1)
 	signal.Notify(term, syscall.SIGTERM)
@@ -125,7 +137,7 @@ type child struct {
 
 type childOpts struct {
 	mode, url, name, crash string
-	lease, poll            time.Duration
+	lease, poll, period    time.Duration
 	slots                  int
 	stdin                  bool
 }
@@ -136,6 +148,7 @@ func startChild(t testing.TB, o childOpts) (*child, *bufio.Reader, *os.File) {
 	cmd.Env = append(os.Environ(),
 		helperEnv+"="+o.mode, helperURL+"="+o.url, helperName+"="+o.name,
 		helperLease+"="+o.lease.String(), helperPoll+"="+o.poll.String(), helperSlots+"="+strconv.Itoa(o.slots),
+		helperPeriod+"="+o.period.String(),
 		crashpoint.EnvVar+"="+o.crash, "IDEM_TEST_LOG="+os.Getenv("IDEM_TEST_LOG"))
 	c := &child{name: o.name, cmd: cmd, armed: o.crash, stderr: &bytes.Buffer{}, exited: make(chan struct{})}
 	cmd.Stderr = &lockedWriter{w: c.stderr}

@@ -162,8 +162,9 @@ type jobArgs struct {
 	Op string `json:"op"`
 }
 
-func (w *worker) jobsClient(ws *jobs.Workers, maxWorkers int) (*jobs.Client, error) {
+func (w *worker) jobsClient(ws *jobs.Workers, maxWorkers int, periodic ...jobs.PeriodicJob) (*jobs.Client, error) {
 	return jobs.New(w.l, &jobs.Config{
+		PeriodicJobs: periodic,
 		Queues:       map[string]jobs.QueueConfig{w.s.Queue: {MaxWorkers: maxWorkers}},
 		Workers:      ws,
 		Lease:        max(w.lease, jobs.MinLease),
@@ -181,6 +182,8 @@ func (w *worker) runJobs(ctx context.Context) error {
 		return w.runEnqueue(ctx)
 	case "work":
 		return w.runJobWorker(ctx)
+	case "periodic":
+		return w.runPeriodicWorker(ctx)
 	}
 	return fmt.Errorf("unknown jobs role %q", w.s.Jobs)
 }

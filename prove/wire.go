@@ -63,7 +63,7 @@ type spec struct {
 	RetryInFlight bool  `json:"retry_in_flight,omitempty"`
 	RetryErrors   bool  `json:"retry_errors,omitempty"`
 	DeadlineMS    int64 `json:"deadline_ms,omitempty"`
-	// Jobs is "enqueue" or "work", for roleJobs, on Queue.
+	// Jobs is "enqueue", "work" or "periodic", for roleJobs, on Queue.
 	Jobs  string `json:"jobs,omitempty"`
 	Queue string `json:"queue,omitempty"`
 	// Broker (a broker-redelivery variant) is consumed at BrokerURL from
@@ -71,6 +71,11 @@ type spec struct {
 	Broker     string `json:"broker,omitempty"`
 	BrokerURL  string `json:"broker_url,omitempty"`
 	BrokerDest string `json:"broker_dest,omitempty"`
+	// The periodic attack's period, its first period's start (Unix ms)
+	// and how many periods are operations.
+	PeriodMS int64 `json:"period_ms,omitempty"`
+	StartMS  int64 `json:"start_ms,omitempty"`
+	Periods  int   `json:"periods,omitempty"`
 	// NoGuard skips the ledger: the worker performs every effect it is
 	// asked to, at the same crash points. It exists to show that the
 	// prover fails a worker without idem.

@@ -19,7 +19,7 @@ import (
 )
 
 const (
-	jobsUsage        = "idem jobs <list|show|retry|discard|cancel> [flags]"
+	jobsUsage        = "idem jobs <list|show|retry|discard|cancel|pause|resume|queues> [flags]"
 	jobsListUsage    = "idem jobs list [--db URL] [--queue Q] [--state STATE] [--kind K] [--after ID] [--limit N] [--json]"
 	jobsShowUsage    = "idem jobs show [--db URL] [--preview N] [--json] ID"
 	jobsRetryUsage   = "idem jobs retry [--db URL] [--attempts N] [--json] ID"
@@ -31,7 +31,7 @@ func init() {
 	register(command{
 		name:    "jobs",
 		usage:   jobsUsage,
-		summary: "list and show jobs; retry or discard dead ones; cancel waiting or running ones",
+		summary: "list and show jobs; retry or discard dead ones; cancel waiting or running ones; pause and resume queues",
 		run:     runJobs,
 	})
 }
@@ -48,6 +48,9 @@ Subcommands:
   retry     make a dead job available now, with more attempts
   discard   delete a dead job (--force: a job in any state)
   cancel    cancel an available or running job: it never runs, or completes
+  pause     stop every worker, on every host, claiming a queue's jobs
+  resume    let workers claim a paused queue's jobs again
+  queues    every queue: paused or running, and its jobs by state
 
 Run 'idem jobs <subcommand> --help' for its flags.
 %s`, jobsUsage, exitCodes)
@@ -60,6 +63,9 @@ func runJobs(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		{[]string{"retry", "requeue"}, runJobsRetry},
 		{[]string{"discard", "rm"}, runJobsDiscard},
 		{[]string{"cancel"}, runJobsCancel},
+		{[]string{"pause"}, runJobsPause},
+		{[]string{"resume"}, runJobsResume},
+		{[]string{"queues"}, runJobsQueues},
 	}, args, stdout, stderr)
 }
 
@@ -203,14 +209,19 @@ with --after the last ID shown.
 		}
 		err = writeJSON(stdout, out)
 	} else {
+		paused := pausedQueues(ctx, c)
 		t := newTable(stdout, "ID", "QUEUE", "KIND", "STATE", "ATTEMPT", "KEY", "NOTE")
 		for _, r := range recs {
 			key := "-"
 			if r.UniqueKey != "" {
 				key = printable(r.UniqueKey)
 			}
+			note := jobNote(r, now, 80)
+			if paused[r.Queue] && r.State == idemtype.JobAvailable {
+				note = "queue paused; " + note
+			}
 			t.row(strconv.FormatInt(r.ID, 10), r.Queue, printable(r.Kind), string(r.State),
-				fmt.Sprintf("%d/%d", r.Attempt, r.MaxAttempts), key, jobNote(r, now, 80))
+				fmt.Sprintf("%d/%d", r.Attempt, r.MaxAttempts), key, note)
 		}
 		err = t.flush()
 	}

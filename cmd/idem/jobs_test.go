@@ -74,7 +74,7 @@ func jobsSeed(t *testing.T) jobsSeeded {
 func TestJobsAndOutboxAloneListSubcommands(t *testing.T) {
 	t.Parallel()
 	r := opRun(t, "", "jobs").must(t, 2) // like idem alone: help on stderr
-	for _, sub := range []string{"list", "show", "retry", "discard", "cancel"} {
+	for _, sub := range []string{"list", "show", "retry", "discard", "cancel", "pause", "resume", "queues"} {
 		if !strings.Contains(r.stderr, sub) {
 			t.Errorf("idem jobs lacks %q:\n%s", sub, r.stderr)
 		}
@@ -91,6 +91,7 @@ func TestJobsAndOutboxAloneListSubcommands(t *testing.T) {
 	}
 	for _, args := range [][]string{
 		{"jobs", "list", "--help"}, {"jobs", "show", "--help"}, {"jobs", "retry", "--help"}, {"jobs", "discard", "--help"}, {"jobs", "cancel", "--help"},
+		{"jobs", "pause", "--help"}, {"jobs", "resume", "--help"}, {"jobs", "queues", "--help"},
 		{"outbox", "list", "--help"}, {"outbox", "redeliver", "--help"}, {"help", "outbox"},
 	} {
 		r := opRun(t, "", args...).must(t, 0)
@@ -270,6 +271,9 @@ func TestServeAdminShowsDeadJobs(t *testing.T) {
 	if strings.Contains(body, "jobs-off") || strings.Contains(body, "welcome-2") {
 		t.Error("the jobs section should list the dead job alone")
 	}
+	if !strings.Contains(body, `<section id="queues">`) || !strings.Contains(body, "<td>email</td><td>running</td><td>1</td><td>1</td><td>1</td><td>1</td><td>0</td>") {
+		t.Error("the queues section should show queue email and its jobs by state")
+	}
 }
 
 func TestJobsCancel(t *testing.T) {
@@ -303,4 +307,53 @@ func TestJobsCancel(t *testing.T) {
 	}
 	opRun(t, "", "jobs", "cancel", "--db", s.url).must(t, 2)
 	opRun(t, "", "jobs", "list", "--db", s.url, "--state", "snoozed").must(t, 2)
+}
+
+// pause and resume act on the shared row every claim reads; queues and
+// list show it; a bad queue name or argument count is a usage error.
+func TestJobsPauseResume(t *testing.T) {
+	t.Parallel()
+	s := jobsSeed(t)
+	r := opRun(t, "", "jobs", "pause", "--db", s.url, "email").must(t, 0)
+	if !strings.Contains(r.stdout, "queue email is paused (since just now)") {
+		t.Errorf("pause: %q", r.stdout)
+	}
+	opRun(t, "", "jobs", "pause", "--db", s.url, "reports").must(t, 0) // no jobs yet: paused all the same
+	r = opRun(t, "", "jobs", "list", "--db", s.url, "--state", "available").must(t, 0)
+	if !strings.Contains(r.stdout, "queue paused; due") {
+		t.Errorf("list of a paused queue's jobs:\n%s", r.stdout)
+	}
+	r = opRun(t, "", "jobs", "queues", "--db", s.url).must(t, 0)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[0], "STATUS") || !strings.Contains(lines[1], "email") || !strings.Contains(lines[1], "paused just now") ||
+		!strings.Contains(lines[2], "reports") {
+		t.Fatalf("queues:\n%s", r.stdout)
+	}
+	if f := strings.Fields(lines[1]); strings.Join(f[len(f)-5:], " ") != "1 1 1 1 0" {
+		t.Errorf("email's counts (available running completed dead cancelled): %v", f)
+	}
+
+	var q queueJSON
+	if err := json.Unmarshal([]byte(opRun(t, "", "jobs", "resume", "--json", "--db", s.url, "email").must(t, 0).stdout), &q); err != nil || q.Paused || q.PausedAt != nil {
+		t.Errorf("resume --json: %+v, %v", q, err)
+	}
+	var qs []queueJSON
+	if err := json.Unmarshal([]byte(opRun(t, "", "jobs", "queues", "--json", "--db", s.url).must(t, 0).stdout), &qs); err != nil ||
+		len(qs) != 2 || qs[0].Paused || qs[0].Jobs[idemtype.JobDead] != 1 || !qs[1].Paused || qs[1].PausedAt == nil {
+		t.Errorf("queues --json: %+v, %v", qs, err)
+	}
+	r = opRun(t, "", "jobs", "resume", "--db", s.url, "email").must(t, 0)
+	if !strings.Contains(r.stdout, "queue email is running") {
+		t.Errorf("resume twice: %q", r.stdout)
+	}
+	if r = opRun(t, "", "jobs", "list", "--db", s.url, "--state", "available").must(t, 0); strings.Contains(r.stdout, "queue paused") {
+		t.Errorf("list after resume:\n%s", r.stdout)
+	}
+	r = opRun(t, "", "jobs", "pause", "--db", s.url, "no spaces").must(t, 1)
+	if !strings.Contains(r.stderr, "use letters, digits") {
+		t.Errorf("bad name: %q", r.stderr)
+	}
+	opRun(t, "", "jobs", "pause", "--db", s.url).must(t, 2)
+	opRun(t, "", "jobs", "resume", "--db", s.url, "a", "b").must(t, 2)
+	opRun(t, "", "jobs", "queues", "--db", s.url, "extra").must(t, 2)
 }

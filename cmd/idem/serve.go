@@ -489,6 +489,7 @@ func (c *serveConfig) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr 
 		}
 		ao := c.adminOptions()
 		ao.Metrics, ao.Logger, ao.DeadJobs = m, log, admin.LedgerDeadJobs(l)
+		ao.JobQueues = admin.LedgerJobQueues(l)
 		ah, err := admin.New(l, ao)
 		if err != nil {
 			srv.Close()

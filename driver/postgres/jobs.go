@@ -113,6 +113,7 @@ func (d *Driver) enqueue(ctx context.Context, q driver.Executor, jobs []driver.J
 		metas, parts        []string
 		args                [][]byte
 		attempts, prios     []int32
+		uniqueStates        []int32
 		runAtUS, delays     []int64
 	)
 	for _, j := range jobs {
@@ -126,26 +127,26 @@ func (d *Driver) enqueue(ctx context.Context, q driver.Executor, jobs []driver.J
 		}
 		queues, kinds, keys, args = append(queues, j.Queue), append(kinds, j.Kind), append(keys, j.UniqueKey), append(args, a)
 		attempts, runAtUS, delays = append(attempts, int32(j.MaxAttempts)), append(runAtUS, us), append(delays, j.Delay.Milliseconds())
-		prios = append(prios, int32(j.Priority))
+		prios, uniqueStates = append(prios, int32(j.Priority)), append(uniqueStates, int32(j.UniqueStates))
 		metas, parts = append(metas, string(j.Metadata)), append(parts, j.PartitionKey)
 	}
 	// Rows are inserted in input order (ORDER BY v.ord), so their ids grow
 	// in input order: the inserted rows, by id, are the non-duplicates in
 	// order. Each match is checked all the same.
 	rows, err := q.Query(ctx, jobClock+`, v AS (
-	SELECT * FROM unnest($2::text[], $3::text[], $4::bytea[], $5::int[], $6::bigint[], $7::bigint[], $8::text[], $9::smallint[], $10::text[], $11::text[])
-		WITH ORDINALITY AS v(queue, kind, args, max_attempts, run_at_us, delay_ms, unique_key, priority, metadata, partition_key, ord)),
+	SELECT * FROM unnest($2::text[], $3::text[], $4::bytea[], $5::int[], $6::bigint[], $7::bigint[], $8::text[], $9::smallint[], $10::text[], $11::text[], $12::smallint[])
+		WITH ORDINALITY AS v(queue, kind, args, max_attempts, run_at_us, delay_ms, unique_key, priority, metadata, partition_key, unique_states, ord)),
 ins AS (
-	INSERT INTO idem_jobs (queue, kind, args, state, max_attempts, run_at, unique_key, created_at, updated_at, priority, metadata, partition_key)
+	INSERT INTO idem_jobs (queue, kind, args, state, max_attempts, run_at, unique_key, created_at, updated_at, priority, metadata, partition_key, unique_states)
 	SELECT v.queue, v.kind, v.args, 'available', v.max_attempts,
 		CASE WHEN v.run_at_us = 0 THEN c.now + v.delay_ms`+msInterval+`
 			ELSE timestamptz 'epoch' + v.run_at_us * interval '1 microsecond' END,
-		nullif(v.unique_key, ''), c.now, c.now, v.priority, nullif(v.metadata, '')::jsonb, nullif(v.partition_key, '')
+		nullif(v.unique_key, ''), c.now, c.now, v.priority, nullif(v.metadata, '')::jsonb, nullif(v.partition_key, ''), nullif(v.unique_states, 0)
 	FROM v, c ORDER BY v.ord
 	ON CONFLICT (queue, unique_key) DO NOTHING
 	RETURNING *)
 SELECT `+jobCols("ins.")+`, c.now FROM ins, c ORDER BY ins.id`,
-		d.clock(), queues, kinds, args, attempts, runAtUS, delays, keys, prios, metas, parts)
+		d.clock(), queues, kinds, args, attempts, runAtUS, delays, keys, prios, metas, parts, uniqueStates)
 	if err != nil {
 		return nil, nil, fmt.Errorf("postgres: enqueue: %w", err)
 	}
@@ -207,14 +208,14 @@ func (d *Driver) enqueueOne(ctx context.Context, q driver.Executor, j driver.Job
 		err := d.gc.Write(ctx, q, &groupcommit.Write{
 			Key: j.Queue + "\x00" + j.UniqueKey,
 			Query: jobClock + `, ins AS (
-	INSERT INTO idem_jobs (queue, kind, args, state, max_attempts, run_at, unique_key, created_at, updated_at, priority, metadata, partition_key)
+	INSERT INTO idem_jobs (queue, kind, args, state, max_attempts, run_at, unique_key, created_at, updated_at, priority, metadata, partition_key, unique_states)
 	SELECT $2, $3, $4, 'available', $5, coalesce($6::timestamptz, c.now + $7` + msInterval + `), $8::text, c.now, c.now, $9,
-		$10::text::jsonb, $11::text FROM c
+		$10::text::jsonb, $11::text, nullif($12::smallint, 0) FROM c
 	ON CONFLICT (queue, unique_key) DO NOTHING
 	RETURNING *)
 SELECT ` + jobCols("ins.") + `, c.now FROM ins, c`,
 			Args: []any{d.clock(), j.Queue, j.Kind, args, j.MaxAttempts, runAt, j.Delay.Milliseconds(), driver.NullIfEmpty(j.UniqueKey), int16(j.Priority),
-				driver.NullIfEmpty(string(j.Metadata)), driver.NullIfEmpty(j.PartitionKey)},
+				driver.NullIfEmpty(string(j.Metadata)), driver.NullIfEmpty(j.PartitionKey), int16(j.UniqueStates)},
 			Row: func(r groupcommit.Scanner) error {
 				var err error
 				row, err = scanJob(r)
@@ -302,6 +303,7 @@ rescued AS (
 	RETURNING j.id),
 due AS MATERIALIZED (
 	SELECT id FROM idem_jobs, c WHERE state = 'available' AND queue = $2 AND run_at <= c.now
+		AND NOT EXISTS (SELECT 1 FROM idem_job_queues p WHERE p.queue = $2 AND p.paused_at IS NOT NULL)
 	ORDER BY priority, run_at, id LIMIT $4 FOR UPDATE OF idem_jobs SKIP LOCKED),
 claimed AS (
 	UPDATE idem_jobs j SET state = 'running', attempt = j.attempt + 1, lease_id = $5,

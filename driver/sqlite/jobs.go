@@ -126,12 +126,12 @@ func (d *Driver) enqueueOne(ctx context.Context, q driver.Executor, j driver.Job
 		err := d.gc.Write(ctx, q, &groupcommit.Write{
 			Key: j.Queue + "\x00" + j.UniqueKey,
 			Query: `INSERT INTO idem_jobs
-	(queue, kind, args, state, max_attempts, run_at, unique_key, created_at, updated_at, priority, metadata, partition_key)
-	VALUES (?1, ?2, ?3, 'available', ?4, ?5, ?6, ?7, ?7, ?8, ?9, ?10)
+	(queue, kind, args, state, max_attempts, run_at, unique_key, created_at, updated_at, priority, metadata, partition_key, unique_states)
+	VALUES (?1, ?2, ?3, 'available', ?4, ?5, ?6, ?7, ?7, ?8, ?9, ?10, nullif(?11, 0))
 	ON CONFLICT (queue, unique_key) DO NOTHING
 	RETURNING ` + jobCols,
 			Args: []any{j.Queue, j.Kind, args, j.MaxAttempts, runAt, driver.NullIfEmpty(j.UniqueKey), now, j.Priority,
-				driver.NullIfEmpty(string(j.Metadata)), driver.NullIfEmpty(j.PartitionKey)},
+				driver.NullIfEmpty(string(j.Metadata)), driver.NullIfEmpty(j.PartitionKey), j.UniqueStates},
 			Row: func(r groupcommit.Scanner) error {
 				var err error
 				row, err = scanJob(r, now)
@@ -196,6 +196,7 @@ func (d *Driver) ClaimJobs(ctx context.Context, p driver.ClaimJobsParams) ([]ide
 	rows, err := tx.Query(ctx, `UPDATE idem_jobs SET state = 'running', attempt = attempt + 1,
 	lease_id = ?2, lease_until = ?1 + ?3, worker = ?4, attempted_at = ?1, updated_at = ?1
 	WHERE id IN (SELECT id FROM idem_jobs WHERE state = 'available' AND queue = ?5 AND run_at <= ?1
+		AND NOT EXISTS (SELECT 1 FROM idem_job_queues p WHERE p.queue = ?5 AND p.paused_at IS NOT NULL)
 		ORDER BY priority, run_at, id LIMIT ?6)
 	RETURNING `+jobCols, now, p.LeaseID, ms(p.Lease), p.Worker, p.Queue, p.Limit)
 	if err != nil {
