@@ -74,8 +74,9 @@ func inputErr(field, format string, args ...any) error {
 	return &idem.InputError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
 
-// deliveries validates m and splits it into its deliveries.
-func (m Message) deliveries(defaultChunk int) ([]delivery, string, error) {
+// deliveries validates m and splits it into its deliveries. With a
+// publisher, the URL is the publisher's to read.
+func (m Message) deliveries(defaultChunk int, publisher bool) ([]delivery, string, error) {
 	id := m.ID
 	if id == "" {
 		var b [16]byte
@@ -86,7 +87,7 @@ func (m Message) deliveries(defaultChunk int) ([]delivery, string, error) {
 		return nil, "", inputErr("message id", "%q must be at most %d bytes, without '/' or control characters", id, MaxIDLen)
 	}
 	u, err := url.Parse(m.URL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	if !publisher && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
 		return nil, "", inputErr("url", "%q is not an absolute http(s) URL", m.URL)
 	}
 	method := m.Method

@@ -48,6 +48,10 @@ type Config struct {
 	PollInterval time.Duration
 	Retention    time.Duration
 	Logger       *slog.Logger
+	// Publisher, when set, delivers every message to a broker instead of
+	// over HTTP (Client is then unused), and a message's URL may be any
+	// destination the publisher understands, or empty.
+	Publisher Publisher
 	// Metrics receives delivery outcomes, chunk retries, and the job
 	// transitions and run times of the deliveries (queue Queue): pass a
 	// *metrics.Collector. Default none.
@@ -63,6 +67,7 @@ type Outbox struct {
 	client  *http.Client
 	log     *slog.Logger
 	metrics Metrics
+	pub     Publisher
 }
 
 // New makes an outbox on the ledger's database.
@@ -90,7 +95,7 @@ func New(l *idem.Ledger, cfg *Config) (*Outbox, error) {
 	if c.Metrics == nil {
 		c.Metrics = noMetrics{}
 	}
-	o := &Outbox{queue: c.Queue, chunk: c.ChunkSize, client: c.Client, log: c.Logger, metrics: c.Metrics}
+	o := &Outbox{queue: c.Queue, chunk: c.ChunkSize, client: c.Client, log: c.Logger, metrics: c.Metrics, pub: c.Publisher}
 	ws := jobs.NewWorkers()
 	jobs.AddWorker(ws, &relay{o: o, timeout: c.Timeout})
 	jc, err := jobs.New(l, &jobs.Config{
@@ -122,7 +127,7 @@ func (o *Outbox) Add(ctx context.Context, tx idem.Tx, m Message) (string, error)
 	if tx == nil {
 		return "", inputErr("tx", "must not be nil: the message must commit with the business change")
 	}
-	ds, id, err := m.deliveries(o.chunk)
+	ds, id, err := m.deliveries(o.chunk, o.pub != nil)
 	if err != nil {
 		return "", err
 	}

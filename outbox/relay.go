@@ -50,6 +50,9 @@ func (r *relay) deliver(ctx context.Context, j *jobs.Job[delivery]) error {
 		ctx, cancel = context.WithTimeout(ctx, r.timeout)
 		defer cancel()
 	}
+	if r.o.pub != nil {
+		return r.publish(ctx, j)
+	}
 	req, err := http.NewRequestWithContext(ctx, d.Method, d.URL, bytes.NewReader(d.Body))
 	if err != nil {
 		return jobs.Permanent(fmt.Errorf("outbox: build request for %s: %w", d.Key, err))
@@ -89,6 +92,16 @@ func (r *relay) deliver(ctx context.Context, j *jobs.Job[delivery]) error {
 		return jobs.RetryAfter(after, err)
 	}
 	return err
+}
+
+// publish hands the delivery to the configured Publisher.
+func (r *relay) publish(ctx context.Context, j *jobs.Job[delivery]) error {
+	d := j.Args
+	if err := r.o.pub.Publish(ctx, Publication{Key: d.Key, URL: d.URL, Header: d.Header, Body: d.Body}); err != nil {
+		return fmt.Errorf("outbox: publish %s: %w", d.Key, err)
+	}
+	crashpoint.Hit(crashpoint.AfterDelivery)
+	return nil
 }
 
 // retryAfter parses a Retry-After header: seconds or an HTTP date, capped
