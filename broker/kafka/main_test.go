@@ -23,6 +23,7 @@ import (
 	"github.com/idemdev/idem/dburl"
 	"github.com/idemdev/idem/internal/crashpoint"
 	"github.com/idemdev/idem/internal/pgtest"
+	"github.com/idemdev/idem/outbox"
 )
 
 // childEnv, set, makes the test binary a consumer process (see child).
@@ -40,6 +41,11 @@ type childSpec struct {
 	DB, Group, Topic string
 	Seeds            []string
 	MaxBatch         int
+	// Relay, when set, makes the child an outbox relay publishing to
+	// Topic instead of a consumer.
+	Relay bool
+	// ByID names records by the publisher's IDHeader.
+	ByID bool
 }
 
 // child consumes until SIGTERM (then prints its Stats as JSON and exits 0)
@@ -58,10 +64,24 @@ func child(spec string) int {
 		return 1
 	}
 	defer l.Close()
-	c, err := kafka.NewConsumer(l, &kafka.Config{
+	if s.Relay {
+		ob := newOutbox(l, s)
+		if err := ob.Start(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		<-ctx.Done()
+		ob.Stop(context.Background())
+		return 0
+	}
+	cfg := &kafka.Config{
 		Seeds: s.Seeds, Group: s.Group, Topics: []string{s.Topic}, MaxBatch: s.MaxBatch,
 		Logger: quiet(), Options: fastGroup(),
-	}, effect(l))
+	}
+	if s.ByID {
+		cfg.ID = kafka.HeaderID(kafka.IDHeader)
+	}
+	c, err := kafka.NewConsumer(l, cfg, effect(l))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -72,6 +92,22 @@ func child(spec string) int {
 	}
 	json.NewEncoder(os.Stdout).Encode(c.Stats())
 	return 0
+}
+
+// newOutbox makes an outbox relaying to s.Topic through a kafka.Publisher.
+func newOutbox(l *idem.Ledger, s childSpec) *outbox.Outbox {
+	pub, err := kafka.NewPublisher(&kafka.PublisherConfig{Seeds: s.Seeds, Topic: s.Topic})
+	if err != nil {
+		panic(err)
+	}
+	ob, err := outbox.New(l, &outbox.Config{
+		Publisher: pub, Workers: 4, Lease: time.Second, PollInterval: 20 * time.Millisecond, Logger: quiet(),
+		Backoff: func(int) time.Duration { return 10 * time.Millisecond },
+	})
+	if err != nil {
+		panic(err)
+	}
+	return ob
 }
 
 // fastGroup notices a dead member within a couple of seconds.
