@@ -59,6 +59,9 @@ var all = []scenario{
 	{Scenario: Scenario{Name: "gateway", Variants: []string{gwAttack, gwCrashKeyed, gwCrashBlind},
 		Summary: "through idem serve to a counting upstream: duplicates, dropped responses, retry storms; gateways SIGKILLed after the upstream answered"},
 		skip: skipGateway, run: runGateway},
+	{Scenario: Scenario{Name: "broker-redelivery", Variants: []string{"kafka"},
+		Summary: "Kafka (kfake, in-process) consumers SIGKILLed before and after commit in a rebalancing group, then the whole topic replayed: 0 duplicates, 0 lost"},
+		run: runBrokerKafka},
 }
 
 // Scenarios lists every scenario, in the order they run.

@@ -120,6 +120,8 @@ func (w *worker) run(ctx context.Context) error {
 		return w.runHold(ctx)
 	case roleJobs:
 		return w.runJobs(ctx)
+	case roleKafka:
+		return w.runKafka(ctx)
 	}
 	return fmt.Errorf("unknown worker role %q", w.s.Role)
 }

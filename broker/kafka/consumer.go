@@ -56,6 +56,11 @@ type Config struct {
 	// does. Unset, such a record is skipped: logged by the inbox, counted
 	// in Stats.Mismatched, and its offset passed.
 	OnMismatch func(ctx context.Context, tx *sql.Tx, r *kgo.Record, err *inbox.MismatchError) error
+	// OnCommit, when set, is called after each transaction committed, with
+	// its records in order (to count or report them; not to acknowledge:
+	// the stored offset already is the acknowledgement). A crash between
+	// the commit and this call skips it.
+	OnCommit func(cs []Committed)
 	// Inbox configures the inbox (payload hash, logger).
 	Inbox *inbox.Config
 	// Logger receives the consumer's own lines. Default slog.Default().
@@ -72,6 +77,14 @@ type Stats struct {
 	Processed  int64 // records whose handler ran and committed
 	Duplicates int64 // records whose id the inbox had seen: skipped
 	Mismatched int64 // records whose id was seen with another payload
+}
+
+// Committed is a record whose transaction committed, for Config.OnCommit.
+type Committed struct {
+	Record *kgo.Record
+	// Duplicate: the inbox had the record's id, so the handler did not
+	// run; Mismatch: with a different payload.
+	Duplicate, Mismatch bool
 }
 
 // Consumer consumes Kafka topics in a consumer group and applies each
@@ -240,6 +253,10 @@ func (c *Consumer) batch(ctx context.Context, rs []*kgo.Record) error {
 	defer end()
 	defer tx.Rollback()
 	var processed, dups, mism int64
+	var cs []Committed
+	if c.cfg.OnCommit != nil {
+		cs = make([]Committed, 0, len(rs))
+	}
 	for _, r := range rs {
 		id, err := c.cfg.ID(r)
 		if err != nil {
@@ -250,6 +267,7 @@ func (c *Consumer) batch(ctx context.Context, rs []*kgo.Record) error {
 		switch {
 		case errors.As(err, &me):
 			mism++
+			cs = appendIf(cs, Committed{Record: r, Duplicate: true, Mismatch: true})
 			if c.cfg.OnMismatch != nil {
 				if err := c.cfg.OnMismatch(ctx, tx, r, me); err != nil {
 					return fmt.Errorf("kafka: record %s: %w", position(r), err)
@@ -260,12 +278,14 @@ func (c *Consumer) batch(ctx context.Context, rs []*kgo.Record) error {
 			return fmt.Errorf("kafka: record %s: %w", position(r), err)
 		case dup:
 			dups++
+			cs = appendIf(cs, Committed{Record: r, Duplicate: true})
 			continue
 		}
 		if err := c.h(ctx, tx, r); err != nil {
 			return fmt.Errorf("kafka: record %s: %w", position(r), err)
 		}
 		processed++
+		cs = appendIf(cs, Committed{Record: r})
 	}
 	last := rs[len(rs)-1]
 	ex, err := drv.Executor(tx)
@@ -283,7 +303,18 @@ func (c *Consumer) batch(ctx context.Context, rs []*kgo.Record) error {
 	c.processed.Add(processed)
 	c.duplicates.Add(dups)
 	c.mismatched.Add(mism)
+	if c.cfg.OnCommit != nil {
+		c.cfg.OnCommit(cs)
+	}
 	return nil
+}
+
+// appendIf appends to cs unless nobody asked for it (cs nil).
+func appendIf(cs []Committed, x Committed) []Committed {
+	if cs == nil {
+		return nil
+	}
+	return append(cs, x)
 }
 
 func position(r *kgo.Record) string {
