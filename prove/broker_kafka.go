@@ -173,7 +173,7 @@ func (w *worker) runKafka(ctx context.Context) error {
 		Seeds: ks.Seeds, Group: ks.Group, Topics: []string{ks.Topic}, Source: ks.Source, MaxBatch: 3,
 		Logger: slog.New(slog.NewTextHandler(w.stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 		Options: []kgo.Opt{
-			kgo.SessionTimeout(1500 * time.Millisecond), kgo.HeartbeatInterval(200 * time.Millisecond),
+			kgo.SessionTimeout(3 * time.Second), kgo.HeartbeatInterval(300 * time.Millisecond),
 			kgo.RebalanceTimeout(5 * time.Second), kgo.FetchMaxWait(200 * time.Millisecond),
 		},
 		OnCommit: func(cs []kafka.Committed) {

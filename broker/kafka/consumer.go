@@ -149,7 +149,9 @@ func (c *Consumer) Stats() Stats {
 // Run joins the group and consumes until ctx ends (then it leaves the
 // group and returns nil) or a record cannot be consumed (then it returns
 // the error; the record is consumed again from the stored offset by the
-// next Run, here or in another process).
+// next Run, here or in another process). Fetch and group errors that
+// franz-go retries by itself (a member that missed its session timeout
+// rejoins) are logged as warnings, and consuming goes on.
 //
 // On every assignment the consumer starts each partition at the offset
 // the database holds for it, not at what Kafka holds; a partition the
@@ -179,7 +181,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if err := fetchErr(fs); err != nil {
+		if err := c.fetchErrs(ctx, fs); err != nil {
 			return err
 		}
 		var perr error
@@ -198,12 +200,19 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 }
 
-// fetchErr is the first error of a poll that consuming cannot go past.
-func fetchErr(fs kgo.Fetches) error {
+// fetchErrs logs the errors of a poll, which franz-go retries on its own
+// (a member kicked out of the group rejoins, say), and returns the one
+// error that ends consuming: the client is closed.
+func (c *Consumer) fetchErrs(ctx context.Context, fs kgo.Fetches) error {
 	var err error
 	fs.EachError(func(t string, p int32, e error) {
-		if err == nil && !errors.Is(e, context.Canceled) {
-			err = fmt.Errorf("kafka: fetch %s/%d: %w", t, p, e)
+		switch {
+		case errors.Is(e, kgo.ErrClientClosed):
+			err = fmt.Errorf("kafka: %w", e)
+		case errors.Is(e, context.Canceled):
+		default:
+			c.log.LogAttrs(ctx, slog.LevelWarn, "kafka fetch error; the client retries",
+				slog.String("group", c.cfg.Group), slog.String("topic", t), slog.Int("partition", int(p)), slog.String("err", e.Error()))
 		}
 	})
 	return err

@@ -117,7 +117,7 @@ func fastGroup() []kgo.Opt {
 		log = append(log, kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelInfo, nil)))
 	}
 	return append(log,
-		kgo.SessionTimeout(1500*time.Millisecond), kgo.HeartbeatInterval(200*time.Millisecond),
+		kgo.SessionTimeout(3*time.Second), kgo.HeartbeatInterval(300*time.Millisecond),
 		kgo.RebalanceTimeout(5*time.Second), kgo.FetchMaxWait(200*time.Millisecond),
 	)
 }
