@@ -56,6 +56,9 @@ type brokerVariant struct {
 	consume func(ctx context.Context, url, dest string, in *inbox.Inbox, source string,
 		effect func(ctx context.Context, tx *sql.Tx, id string, payload []byte) error,
 		settled func(id string, payload []byte, err error)) error
+	// run, when set, is the whole trial for this variant instead (Kafka's:
+	// no acks, offsets kept in the database; prove/broker_kafka.go).
+	run func(ctx context.Context, t *trial) error
 }
 
 // brokerServer is a broker the scenario owns.
@@ -67,7 +70,8 @@ type brokerServer interface {
 }
 
 // brokerVariants are the variants of broker-redelivery, in report order.
-var brokerVariants = []brokerVariant{jetstreamVariant(), rabbitmqVariant()}
+var brokerVariants = []brokerVariant{jetstreamVariant(), rabbitmqVariant(),
+	{name: "kafka", skip: func() string { return "" }, run: runBrokerKafka}} // kfake runs in process: nothing to install
 
 func brokerVariantNames() []string {
 	var out []string
@@ -103,6 +107,9 @@ func skipBroker(_ *runner, variant string) string {
 
 func runBrokerRedelivery(ctx context.Context, t *trial) error {
 	v, _ := findBrokerVariant(t.variant)
+	if v.run != nil {
+		return v.run(ctx, t)
+	}
 	t.noLedger = true
 	var srv brokerServer
 	var err error

@@ -65,7 +65,7 @@ var all = []scenario{
 		Summary: "through idem serve to a counting upstream: duplicates, dropped responses, retry storms; gateways SIGKILLed after the upstream answered"},
 		skip: skipGateway, run: runGateway},
 	{Scenario: Scenario{Name: "broker-redelivery", Variants: brokerVariantNames(),
-		Summary: "messages published twice into a real broker, consumers SIGKILLed before commit and before ack, the broker killed mid-run"},
+		Summary: "messages published twice into a real broker, consumers SIGKILLed before commit and before ack, the broker killed mid-run; Kafka (kfake, in-process): offsets in the database, a rebalancing group, the topic replayed"},
 		skipVariant: skipBroker, run: runBrokerRedelivery},
 }
 

@@ -80,6 +80,8 @@ type spec struct {
 	// asked to, at the same crash points. It exists to show that the
 	// prover fails a worker without idem.
 	NoGuard bool `json:"no_guard,omitempty"`
+	// Kafka is a Kafka consumer's orders, for roleKafka.
+	Kafka *kafkaSpec `json:"kafka,omitempty"`
 }
 
 // Event names a worker writes on stdout, one JSON object a line.

@@ -122,6 +122,8 @@ func (w *worker) run(ctx context.Context) error {
 		return w.runJobs(ctx)
 	case roleBroker:
 		return w.runBroker(ctx)
+	case roleKafka:
+		return w.runKafka(ctx)
 	}
 	return fmt.Errorf("unknown worker role %q", w.s.Role)
 }

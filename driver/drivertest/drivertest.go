@@ -147,6 +147,7 @@ var cases = []testCase{
 	{"Model", testModel},
 	{"CloseTwice", testCloseTwice},
 	{"Fill", testFill},
+	{"Offsets", testOffsets},
 }
 
 // Run runs the conformance suite against one driver.
