@@ -63,6 +63,9 @@ func StartPair(ctx context.Context, opts *PairOptions) (*Pair, error) {
 	}
 	settings["wal_level"] = "replica"
 	settings["hot_standby"] = "on"
+	// A standby whose primary died retries every 5s by default, and a
+	// promotion may wait out that sleep.
+	settings["wal_retrieve_retry_interval"] = "100ms"
 	primarySettings := maps.Clone(settings)
 	if !opts.Async {
 		primarySettings["synchronous_standby_names"] = standbyName
