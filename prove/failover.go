@@ -55,7 +55,7 @@ func runFailover(ctx context.Context, t *trial) error {
 		return fmt.Errorf("starting a primary and its standby: %w", err)
 	}
 	t.after = append(t.after, func() { pair.Close() })
-	u, err := pair.CreateDatabase(ctx, "idem_prove")
+	u, err := pair.CreateDatabase(ctx, dbName)
 	if err != nil {
 		return err
 	}
@@ -70,6 +70,27 @@ func runFailover(ctx context.Context, t *trial) error {
 		t.r.db, t.r.ledger = oldDB, oldLedger
 	})
 
+	failedOver := false
+	err = t.runMixed(ctx, -1, func() error {
+		failedOver = true
+		return t.failover(ctx, pair, async)
+	})
+	if !failedOver && err == nil {
+		t.note("the operations were done before a third was acknowledged; the failover came after them (raise --ops)")
+		err = t.failover(ctx, pair, async)
+	}
+	return err
+}
+
+// runMixed runs half the operations through ledger workers (Ledger.Do,
+// the effect in the done mark's transaction, retrying every error with
+// the same key) and half as jobs (enqueued twice each with the operation
+// as unique key, job workers writing the effect in CompleteTx's
+// transaction), Workers/2 of each, and calls atThird once, when a third
+// of the operations are acknowledged. It returns when every operation has
+// settled and the queue is empty. pace is the pause before each
+// operation of a worker.
+func (t *trial) runMixed(ctx context.Context, pace time.Duration, atThird func() error) error {
 	keys := t.shuffled()
 	jobKeys, ledgerKeys := keys[:len(keys)/2], keys[len(keys)/2:]
 	isJob := make(map[string]bool, len(jobKeys))
@@ -88,10 +109,12 @@ func runFailover(ctx context.Context, t *trial) error {
 		return err
 	}
 
-	// Paced to last about two seconds whatever the number of operations,
-	// so that the failover lands in the middle.
 	workers := max(1, t.r.cfg.Workers/2)
-	pace := min(200*time.Millisecond, 2*time.Second*time.Duration(workers)/time.Duration(max(1, len(keys)/2)))
+	if pace < 0 {
+		// Paced to last about two seconds whatever the number of
+		// operations, so that a fault lands in the middle.
+		pace = min(200*time.Millisecond, 2*time.Second*time.Duration(workers)/time.Duration(max(1, len(keys)/2)))
+	}
 	var jw []*proc
 	for range workers {
 		p, err := t.start(ctx, spec{Role: roleJobs, Jobs: "work", Queue: queue, RetryErrors: true}, "")
@@ -114,7 +137,7 @@ func runFailover(ctx context.Context, t *trial) error {
 	done := make(chan error, 1)
 	go func() { done <- t.runAll(ctx, ledgerJobs) }()
 
-	failedOver := false
+	called := atThird == nil
 	var runErr error
 wait:
 	for {
@@ -123,18 +146,12 @@ wait:
 			break wait
 		case <-time.After(2 * time.Millisecond):
 		}
-		if _, settled, _ := t.h.stats(); !failedOver && settled >= len(keys)/3 {
-			failedOver = true
-			if err := t.failover(ctx, pair, async); err != nil {
+		if _, settled, _ := t.h.stats(); !called && settled >= len(keys)/3 {
+			called = true
+			if err := atThird(); err != nil {
 				<-done
 				return err
 			}
-		}
-	}
-	if !failedOver {
-		t.note("the operations were done before a third was acknowledged; the failover came after them (raise --ops)")
-		if err := t.failover(ctx, pair, async); err != nil {
-			return err
 		}
 	}
 	// The job workers run until the queue is empty, then stop.
