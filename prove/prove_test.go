@@ -124,8 +124,8 @@ func TestScenarios(t *testing.T) {
 				ran[r.Name] = true
 				t.Run(r.Name, func(t *testing.T) {
 					if r.Skipped {
-						if r.Name == "db-restart" && driver == "postgres" {
-							t.Fatalf("db-restart skipped on a cluster the prover owns: %s", r.Reason)
+						if driver == "postgres" && (r.Name == "db-restart" || strings.HasPrefix(r.Name, "failover/") || r.Name == "ambiguous-commit") {
+							t.Fatalf("%s skipped on a cluster the prover owns: %s", r.Name, r.Reason)
 						}
 						t.Skip(r.Reason)
 					}
@@ -153,6 +153,17 @@ func checkHolds(t *testing.T, r Result) {
 	t.Helper()
 	if !r.OK {
 		t.Errorf("%s failed: %+v", r.Name, r)
+	}
+	if r.Name == "failover/async" {
+		// Asynchronous replication loses acknowledged commits; the
+		// scenario holds when the check finds them.
+		// (A lost enqueue runs again as another job: a mix-up of the
+		// same loss.)
+		if r.Lost == 0 || r.Duplicates != 0 || r.Stuck != 0 || r.Unfinished != 0 || r.Effects < r.Ops-r.Lost || r.Effects > r.Ops {
+			t.Errorf("%s: lost %d effects %d duplicates %d stuck %d unfinished %d; want a detected loss and nothing else",
+				r.Name, r.Lost, r.Effects, r.Duplicates, r.Stuck, r.Unfinished)
+		}
+		return
 	}
 	if r.Duplicates != 0 || r.Lost != 0 || r.MixUps != 0 || r.Stuck != 0 || r.Unfinished != 0 {
 		t.Errorf("%s: duplicates %d lost %d mixups %d stuck %d unfinished %d, want all 0",
