@@ -7,10 +7,14 @@ import (
 )
 
 // Cut probabilities of the ambiguous-commit proxy: a quarter of COMMITs,
-// and one statement in forty otherwise.
+// and one statement in forty otherwise, up to cutFullAt operations; past
+// that, lower in proportion, so that a long run gets about as many cuts
+// as one of cutFullAt operations: a cut claim that committed keeps its
+// worker waiting out a lease, and workers take operations one by one.
 const (
 	cutCommit = 0.25
 	cutRandom = 0.025
+	cutFullAt = 200
 )
 
 func skipAmbiguousCommit(r *runner) string {
@@ -32,7 +36,8 @@ func skipAmbiguousCommit(r *runner) string {
 // Nothing acknowledged may be lost, nothing may happen twice.
 func runAmbiguousCommit(ctx context.Context, t *trial) error {
 	c := t.r.db.cluster
-	px, err := startCutProxy(c.TCPAddr(), uint64(t.intN(1<<62)), cutCommit, cutRandom)
+	scale := min(1, float64(cutFullAt)/float64(len(t.keys)))
+	px, err := startCutProxy(c.TCPAddr(), uint64(t.intN(1<<62)), cutCommit*scale, cutRandom*scale)
 	if err != nil {
 		return err
 	}
