@@ -204,11 +204,13 @@ func orNone(s idemtype.State) string {
 	return string(s)
 }
 
-// explainLoss judges a scenario that must detect a loss: finding none
-// means the attack did not land, and the prover showed nothing.
+// explainLoss reports on a scenario that allows a loss: what it found,
+// or, when it found none, that the run proved nothing either way (the
+// loss is likely, not certain: no acknowledged commit may have been left
+// only on the dead primary).
 func (t *trial) explainLoss(lost []string) {
 	if len(lost) == 0 {
-		t.fail("no acknowledged operation was lost, although the attack allowed it: the prover showed nothing")
+		t.note("inconclusive: no acknowledged operation was lost this run, although the attack allowed it (raise --ops)")
 		return
 	}
 	const show = 5
