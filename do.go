@@ -124,7 +124,7 @@ func (l *Ledger) run(ctx context.Context, c *Claim, fn Func) (res Result, err er
 	if err != nil {
 		// The commit may have happened: the key is left to its lease, and a
 		// retry with the same op finds out.
-		return Result{}, fmt.Errorf("idem: commit %s (outcome unknown; retry with the same key): %w", l.keyName(c.Op.Key), err)
+		return Result{}, fmt.Errorf("idem: commit %s: %w; retry with the same key: %w", l.keyName(c.Op.Key), ErrOutcomeUnknown, err)
 	}
 	crashpoint.Hit(crashpoint.AfterCommit)
 	return r, nil

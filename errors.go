@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/idemdev/idem/driver"
 	"github.com/idemdev/idem/idemtype"
 )
 
@@ -32,6 +33,15 @@ var (
 	ErrFailed = errors.New("idem: operation failed permanently")
 	// ErrInvalid is matched by every *InputError.
 	ErrInvalid = errors.New("idem: invalid input")
+	// ErrOutcomeUnknown is matched by an error after which a write may or
+	// may not have been applied: the database connection broke after the
+	// statement or its COMMIT was sent (the server died, a failover, a
+	// network cut). Retry with the same key: the retry replays the result
+	// if the write happened, and takes the claim back after its lease if
+	// not. Not every such error matches it (a driver cannot always tell):
+	// any error without a sentinel may have been applied, as far as the
+	// caller knows.
+	ErrOutcomeUnknown = driver.ErrOutcomeUnknown
 )
 
 // InputError reports a bad argument. Nothing was written.

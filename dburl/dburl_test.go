@@ -1,6 +1,7 @@
 package dburl_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -118,6 +119,40 @@ func TestParseErrorsHideSecrets(t *testing.T) {
 		}
 		if strings.Contains(err.Error(), "S3CRET") {
 			t.Errorf("Parse(%q): error shows the secret: %v", tc.in, err)
+		}
+	}
+}
+
+// A multi-host URL (a primary and its standbys) parses, keeps every host
+// and target_session_attrs for pgx, and is redacted in either form.
+func TestParsePostgresMultiHost(t *testing.T) {
+	for _, in := range []string{
+		"postgres://u:s3cret@10.0.0.1:5432,10.0.0.2:5433/db?target_session_attrs=read-write&pool_max_conns=5",
+		"host=10.0.0.1,10.0.0.2 port=5432,5433 user=u password=s3cret dbname=db target_session_attrs=read-write pool_max_conns=5",
+	} {
+		u, err := dburl.Parse(in)
+		if err != nil {
+			t.Fatalf("%s: %v", dburl.Redact(in), err)
+		}
+		if u.Driver != dburl.Postgres || u.Pool.MaxConns != 5 {
+			t.Fatalf("%s: %+v", dburl.Redact(in), u.Pool)
+		}
+		cfg, err := pgconn.ParseConfig(u.ConnString)
+		if err != nil {
+			t.Fatalf("pgx rejects %s: %v", dburl.Redact(u.ConnString), err)
+		}
+		// pgx tries each host (twice under sslmode=prefer: TLS, then not).
+		hosts := map[string]bool{fmt.Sprintf("%s:%d", cfg.Host, cfg.Port): true}
+		for _, f := range cfg.Fallbacks {
+			hosts[fmt.Sprintf("%s:%d", f.Host, f.Port)] = true
+		}
+		if len(hosts) != 2 || !hosts["10.0.0.1:5432"] || !hosts["10.0.0.2:5433"] || cfg.Password != "s3cret" || cfg.ValidateConnect == nil {
+			t.Errorf("%s: hosts %v (want both), target_session_attrs kept: %v", dburl.Redact(in), hosts, cfg.ValidateConnect != nil)
+		}
+		for _, s := range []string{dburl.Redact(in), dburl.Redact(u.ConnString), dburl.Redact(u.String())} {
+			if strings.Contains(s, "s3cret") || !strings.Contains(s, "10.0.0.2") {
+				t.Errorf("redacted: %s", s)
+			}
 		}
 	}
 }

@@ -35,6 +35,13 @@ var (
 	// ErrConflict means a compare-and-swap found the record changed since it
 	// was read. Nothing was written; the caller reads again and re-decides.
 	ErrConflict = errors.New("driver: record changed concurrently")
+	// ErrOutcomeUnknown marks an error after which the write may or may
+	// not have been applied: the connection broke after the statement or
+	// its COMMIT was sent (a server that died, a failover, a network cut).
+	// Drivers wrap the underlying error with it where they can tell; any
+	// other non-sentinel error must be treated the same way (see the
+	// package documentation).
+	ErrOutcomeUnknown = errors.New("driver: outcome unknown (the connection was lost after the write was sent)")
 )
 
 // Config is what the ledger hands its driver at Setup.

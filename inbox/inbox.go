@@ -130,7 +130,7 @@ func (in *Inbox) process(ctx context.Context, source, id, hash string, fn func(*
 		return false, err
 	}
 	if err := tx.Commit(); err != nil {
-		return false, fmt.Errorf("inbox: commit message %q of %q (outcome unknown; the redelivery will tell): %w", id, source, err)
+		return false, fmt.Errorf("inbox: commit message %q of %q: %w; the redelivery will tell: %w", id, source, idem.ErrOutcomeUnknown, err)
 	}
 	return false, nil
 }

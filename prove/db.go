@@ -10,6 +10,9 @@ import (
 	"github.com/idemdev/idem/internal/pgtest"
 )
 
+// dbName is the database the prover creates on a cluster it starts.
+const dbName = "idem_prove"
+
 // database is where a run keeps its ledger and its effects.
 type database struct {
 	url     string
@@ -38,11 +41,12 @@ func openDatabase(ctx context.Context, db string) (*database, error) {
 			cleanup: func() { os.RemoveAll(dir) },
 		}, nil
 	case "postgres", "postgresql":
-		c, err := pgtest.Start(ctx, nil)
+		// TCP for the ambiguous-commit proxy.
+		c, err := pgtest.Start(ctx, &pgtest.Options{TCP: true})
 		if err != nil {
 			return nil, fmt.Errorf("starting a throwaway PostgreSQL (needs initdb and pg_ctl on PATH or under /usr/lib/postgresql/*/bin): %w", err)
 		}
-		u, err := c.CreateDatabase(ctx, "idem_prove")
+		u, err := c.CreateDatabase(ctx, dbName)
 		if err != nil {
 			c.Close()
 			return nil, err

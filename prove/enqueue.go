@@ -193,7 +193,9 @@ func (w *worker) runEnqueue(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	w.waitGo()
+	if w.s.WaitGo {
+		w.waitGo()
+	}
 	enqueue := func(ctx context.Context, key string) (string, bool, error) {
 		opts := &jobs.EnqueueOpts{Queue: w.s.Queue, UniqueKey: key}
 		if w.s.NoGuard {
@@ -207,6 +209,7 @@ func (w *worker) runEnqueue(ctx context.Context) error {
 		return jobBody(res.Job.ID), res.Duplicate, nil
 	}
 	for _, k := range w.s.Keys {
+		time.Sleep(time.Duration(w.s.PaceMS) * time.Millisecond)
 		for range enqueueTwice {
 			w.settle(ctx, 0, k, enqueue)
 		}

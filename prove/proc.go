@@ -2,6 +2,7 @@ package prove
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -32,7 +33,7 @@ type proc struct {
 // start runs a worker with spec s, crash points armed by crash (the
 // IDEM_CRASHPOINT syntax; "" arms none).
 func (t *trial) start(ctx context.Context, s spec, crash string) (*proc, error) {
-	s.DB, s.Scope, s.NoGuard = t.r.db.url, t.scope, t.r.cfg.NoGuard
+	s.DB, s.Scope, s.NoGuard = cmp.Or(t.workerDB, t.r.db.url), t.scope, t.r.cfg.NoGuard
 	if s.LeaseMS == 0 {
 		s.LeaseMS = t.lease.Milliseconds()
 	}

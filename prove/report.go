@@ -72,6 +72,9 @@ func WriteTable(w io.Writer, rep *Report) error {
 func itoa(n int) string { return strconv.Itoa(n) }
 
 func verdict(r Result) string {
+	if r.OK && r.Lost > 0 {
+		return "ok (loss detected)" // a scenario that must detect a loss did
+	}
 	if r.OK {
 		return "ok"
 	}

@@ -42,6 +42,16 @@ type trial struct {
 	ledgerKey func(op string) string
 	// counts fills scenario-specific counters into the result.
 	counts func(*Result)
+	// workerDB, when set, is the database URL workers and gateways get
+	// instead of the run's (a proxy in front of it).
+	workerDB string
+	// expectLoss: the scenario allows the loss of acknowledged operations
+	// (asynchronous replication) and must detect it: lost operations are
+	// counted but are not a failure, finding none is.
+	expectLoss bool
+	// after runs once the trial has been checked (restoring what the
+	// scenario changed in the runner).
+	after []func()
 
 	mu       sync.Mutex
 	failures []string
@@ -88,6 +98,9 @@ func (r *runner) runTrial(ctx context.Context, i int, sel selected) Result {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	res = t.check(cctx, res)
 	cancel()
+	for _, f := range slices.Backward(t.after) {
+		f()
+	}
 	res.Seconds = time.Since(start).Seconds()
 	t.writeHistory()
 	r.prog.end(i, res)

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/idemdev/idem/driver"
 	"github.com/idemdev/idem/internal/crashpoint"
 	"github.com/idemdev/idem/internal/groupcommit"
 	"github.com/jackc/pgx/v5"
@@ -173,7 +176,7 @@ func (c *committer) commit(batch []*groupcommit.Write) {
 		if !errors.As(err, &pgErr) {
 			c.close() // the connection broke: the commit may or may not have happened
 		}
-		err = fmt.Errorf("group commit of %d writes (outcome unknown; retry with the same key): %w", len(batch), err)
+		err = fmt.Errorf("group commit of %d writes: %w; retry with the same key: %w", len(batch), driver.ErrOutcomeUnknown, err)
 		for _, w := range batch {
 			w.Answer(err)
 		}
@@ -227,4 +230,24 @@ func (d *Driver) runAlone(batch []*groupcommit.Write) {
 	for _, w := range batch {
 		go func() { w.Answer(w.RunOn(w.Context(), d.ex)) }()
 	}
+}
+
+// write runs w through group commit (or on q), and marks an error after
+// which w may have been applied (see unknownOutcome).
+func (d *Driver) write(ctx context.Context, q driver.Executor, w *groupcommit.Write) error {
+	return unknownOutcome(d.gc.Write(ctx, q, w))
+}
+
+// unknownOutcome wraps err with driver.ErrOutcomeUnknown when the
+// connection broke (a network error, EOF) at a point where pgx cannot
+// promise that nothing was sent.
+func unknownOutcome(err error) error {
+	if err == nil || errors.Is(err, driver.ErrOutcomeUnknown) || pgconn.SafeToRetry(err) {
+		return err
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return fmt.Errorf("%w: %w", driver.ErrOutcomeUnknown, err)
+	}
+	return err
 }

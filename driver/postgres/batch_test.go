@@ -145,5 +145,5 @@ func testOpen(url string) (*Driver, error) {
 
 // submit hands a write to d's group commit.
 func submit(d *Driver) func(context.Context, *groupcommit.Write) error {
-	return func(ctx context.Context, w *groupcommit.Write) error { return d.gc.Write(ctx, driver.Shared, w) }
+	return func(ctx context.Context, w *groupcommit.Write) error { return d.write(ctx, driver.Shared, w) }
 }

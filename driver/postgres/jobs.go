@@ -205,7 +205,7 @@ func (d *Driver) enqueueOne(ctx context.Context, q driver.Executor, j driver.Job
 			row      idemtype.JobRow
 			inserted bool
 		)
-		err := d.gc.Write(ctx, q, &groupcommit.Write{
+		err := d.write(ctx, q, &groupcommit.Write{
 			Key: j.Queue + "\x00" + j.UniqueKey,
 			Query: jobClock + `, ins AS (
 	INSERT INTO idem_jobs (queue, kind, args, state, max_attempts, run_at, unique_key, created_at, updated_at, priority, metadata, partition_key, unique_states)

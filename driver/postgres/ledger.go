@@ -65,7 +65,7 @@ func (d *Driver) Claim(ctx context.Context, q driver.Executor, p driver.ClaimPar
 		rec     idemtype.Record
 		created bool
 	)
-	err := d.gc.Write(ctx, q, &groupcommit.Write{
+	err := d.write(ctx, q, &groupcommit.Write{
 		Key: p.Scope + "\x00" + p.Key,
 		Query: clockCTE + `INSERT INTO idem_keys
 	(scope, key, fingerprint, state, attempt, lease_id, lease_until, retention_ms, tombstone_ms, created_at, updated_at)
@@ -141,7 +141,7 @@ func (d *Driver) Takeover(ctx context.Context, q driver.Executor, p driver.Takeo
 		taken = err == nil
 		return groupcommit.NoRowIsAnswer(err)
 	}
-	if err := d.gc.Write(ctx, q, w); err != nil {
+	if err := d.write(ctx, q, w); err != nil {
 		return rec, fmt.Errorf("postgres: takeover: %w", err)
 	}
 	if !taken {
@@ -159,7 +159,7 @@ const fencedArgs = 5
 // Heartbeat extends a held lease.
 func (d *Driver) Heartbeat(ctx context.Context, f driver.Fence, lease time.Duration) (time.Time, error) {
 	var until sql.NullTime
-	err := d.gc.Write(ctx, driver.Shared, &groupcommit.Write{
+	err := d.write(ctx, driver.Shared, &groupcommit.Write{
 		Key: f.Scope + "\x00" + f.Key,
 		Query: clockCTE + `UPDATE idem_keys k SET lease_until = c.now + $6` + msInterval + `, updated_at = c.now
 	FROM c WHERE ` + fenced + ` RETURNING k.lease_until`,
@@ -209,7 +209,7 @@ func (d *Driver) Finish(ctx context.Context, q driver.Executor, p driver.FinishP
 	var n int64
 	args := make([]any, 0, fencedArgs+4)
 	args = append(args, d.clock(), p.Scope, p.Key, p.Attempt, p.LeaseID)
-	err := d.gc.Write(ctx, q, &groupcommit.Write{
+	err := d.write(ctx, q, &groupcommit.Write{
 		Key:   p.Scope + "\x00" + p.Key,
 		Query: finishQuery,
 		Args:  resultArgs(args, p.State, p.Status, p.Meta, p.Body),

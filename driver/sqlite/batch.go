@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idemdev/idem/driver"
 	"github.com/idemdev/idem/internal/crashpoint"
 	"github.com/idemdev/idem/internal/groupcommit"
 )
@@ -66,7 +67,7 @@ func (d *Driver) commitBatch(batch []*groupcommit.Write) {
 		return
 	}
 	if err := tx.Commit(); err != nil {
-		err = fmt.Errorf("group commit of %d writes (outcome unknown; retry with the same key): %w", len(batch), err)
+		err = fmt.Errorf("group commit of %d writes: %w; retry with the same key: %w", len(batch), driver.ErrOutcomeUnknown, err)
 		for _, w := range batch {
 			w.Answer(err)
 		}

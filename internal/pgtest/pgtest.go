@@ -78,6 +78,18 @@ var staleAfter = 10 * time.Second
 // nothing is left behind; the error includes the tail of the server log when
 // there is one.
 func Start(ctx context.Context, opts *Options) (*Cluster, error) {
+	return start(ctx, opts, func(c *Cluster) error {
+		if out, err := c.command(ctx, "initdb", "-D", c.dataDir, "--auth=trust", "--username="+superuser,
+			"-E", "UTF8", "--no-locale", "--no-sync"); err != nil {
+			return fmt.Errorf("pgtest: initdb in %s (as %s): %w\n%s", c.dataDir, c.userName(), err, out)
+		}
+		return c.appendInclude()
+	})
+}
+
+// start makes a cluster directory, fills its data directory with create
+// (initdb, or a base backup of another cluster), and starts the server.
+func start(ctx context.Context, opts *Options, create func(c *Cluster) error) (*Cluster, error) {
 	if opts == nil {
 		opts = &Options{}
 	}
@@ -128,11 +140,7 @@ func Start(ctx context.Context, opts *Options) (*Cluster, error) {
 	if err := chown(dir, u); err != nil {
 		return nil, fmt.Errorf("pgtest: %w", err)
 	}
-	if out, err := c.command(ctx, "initdb", "-D", c.dataDir, "--auth=trust", "--username="+superuser,
-		"-E", "UTF8", "--no-locale", "--no-sync"); err != nil {
-		return nil, fmt.Errorf("pgtest: initdb in %s (as %s): %w\n%s", c.dataDir, c.userName(), err, out)
-	}
-	if err := c.appendInclude(); err != nil {
+	if err := create(c); err != nil {
 		return nil, err
 	}
 	for attempt := 1; ; attempt++ {
@@ -214,6 +222,16 @@ func (c *Cluster) admin(ctx context.Context, sql string) error {
 	defer conn.Close(context.Background())
 	_, err = conn.Exec(ctx, sql)
 	return err
+}
+
+// queryRow runs one query on the postgres database and scans its row.
+func (c *Cluster) queryRow(ctx context.Context, sql string, args []any, dest ...any) error {
+	conn, err := pgx.Connect(ctx, c.URL("postgres"))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	return conn.QueryRow(ctx, sql, args...).Scan(dest...)
 }
 
 // Stop stops the server with pg_ctl stop -m immediate (no shutdown

@@ -3,6 +3,7 @@
 package pgtest
 
 import (
+	"errors"
 	"os"
 	"syscall"
 )
@@ -25,3 +26,18 @@ func reapStale(string, string)                {}
 func postmasterPID(string) (int, bool)        { return 0, false }
 func isPostmaster(int, string) bool           { return false }
 func reraise(os.Signal)                       { os.Exit(1) }
+
+func children(int, string) ([]int, error) {
+	return nil, errors.New("pgtest: listing a server's processes is not supported on this platform")
+}
+func sendSignal(int, procSignal) error {
+	return errors.New("pgtest: signals are not supported on this platform")
+}
+
+type procSignal int
+
+const (
+	sigKill procSignal = iota
+	sigStop
+	sigCont
+)

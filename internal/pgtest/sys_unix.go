@@ -180,3 +180,56 @@ func reraise(sig os.Signal) {
 	}
 	os.Exit(1)
 }
+
+// children returns the pids of ppid's child processes whose command line
+// contains match ("" for all), from /proc (Linux only).
+func children(ppid int, match string) ([]int, error) {
+	stats, err := filepath.Glob("/proc/[0-9]*/stat")
+	if err != nil || len(stats) == 0 {
+		return nil, errors.New("pgtest: listing a server's processes needs /proc (Linux)")
+	}
+	var out []int
+	for _, path := range stats {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// pid (comm) state ppid ...; comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 2 || f[1] != strconv.Itoa(ppid) {
+			continue
+		}
+		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(path)))
+		if err != nil {
+			continue
+		}
+		if match != "" {
+			cmdline, err := os.ReadFile(filepath.Join(filepath.Dir(path), "cmdline"))
+			if err != nil || !bytes.Contains(cmdline, []byte(match)) {
+				continue
+			}
+		}
+		out = append(out, pid)
+	}
+	return out, nil
+}
+
+type procSignal = syscall.Signal
+
+const (
+	sigKill = syscall.SIGKILL
+	sigStop = syscall.SIGSTOP
+	sigCont = syscall.SIGCONT
+)
+
+// sendSignal sends sig to pid; a process already gone is not an error.
+func sendSignal(pid int, sig procSignal) error {
+	if err := syscall.Kill(pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("pgtest: kill -%d %d: %w", sig, pid, err)
+	}
+	return nil
+}
