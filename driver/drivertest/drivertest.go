@@ -142,6 +142,7 @@ var cases = []testCase{
 	{"Model", testModel},
 	{"CloseTwice", testCloseTwice},
 	{"Fill", testFill},
+	{"Steps", testSteps},
 }
 
 // Run runs the conformance suite against one driver.
