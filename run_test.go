@@ -96,7 +96,14 @@ func rebindFor(l *idem.Ledger, q string) string {
 	return q
 }
 
-func count(t testing.TB, l *idem.Ledger, q string, args ...any) int {
+// tb is what the helpers need of a *testing.T or a *rapid.T.
+type tb interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+}
+
+func count(t tb, l *idem.Ledger, q string, args ...any) int {
 	t.Helper()
 	var n int
 	if err := l.DB().QueryRowContext(context.Background(), rebindFor(l, q), args...).Scan(&n); err != nil {
@@ -192,7 +199,7 @@ func book(l *idem.Ledger, op idem.Op, h hooks) idem.RunFunc {
 
 // effects returns the rows, receipts and distinct charges of key, and the
 // provider calls.
-func effects(t testing.TB, l *idem.Ledger, key string) (rides, receipts, charges, calls int) {
+func effects(t tb, l *idem.Ledger, key string) (rides, receipts, charges, calls int) {
 	sk := idem.StepKey("", key, "charge")
 	return count(t, l, `SELECT count(*) FROM rides WHERE key = ?`, key),
 		count(t, l, `SELECT count(*) FROM receipts WHERE key = ?`, key),
