@@ -45,6 +45,9 @@ type Claim struct {
 	// from is the state an Acquired claim took the key from: empty for a
 	// new record. A run resumes the steps of a released key only.
 	from idemtype.State
+	// run is the Run that Ledger.Steps made on this claim: finishing the
+	// claim settles its step records.
+	run *Run
 }
 
 // maxClaimRetries bounds the read-decide-swap loop. Each retry means another

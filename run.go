@@ -328,3 +328,31 @@ func (r *Run) finish(st idemtype.State, res Result) error {
 	}
 	return nil
 }
+
+// Steps returns a Run over c, a claim the caller holds and will finish
+// itself (Complete, Fail, Release, or their Tx forms), so that the work
+// under c can be split into TxStep and CallStep steps. The idemhttp
+// middleware is such a caller. A later holder of the same key gets, from
+// Steps, the steps checkpointed under earlier claims, and skips them.
+//
+// Finishing c settles the run's records: Complete and Fail delete them
+// (in the caller's transaction for the Tx forms); Release of a claim with
+// checkpoints ends its lease instead of releasing the key, so the next
+// claim resumes the run. The caller keeps c's lease alive and cancels ctx
+// when it is lost; steps are fenced by c's token either way. Calling Steps
+// again on c returns the same Run.
+func (l *Ledger) Steps(ctx context.Context, c *Claim) (*Run, error) {
+	if err := checkHeld(c); err != nil {
+		return nil, err
+	}
+	if c.run != nil {
+		return c.run, nil
+	}
+	r := &Run{l: l, c: c, ctx: ctx, bg: context.WithoutCancel(ctx), steps: map[int]idemtype.Step{}, names: map[string]bool{},
+		released: c.Outcome == Acquired && c.from == idemtype.StateReleased}
+	if err := r.load("", nil); err != nil {
+		return nil, err
+	}
+	c.run = r
+	return r, nil
+}
