@@ -198,9 +198,15 @@ type FakeProvider struct {
 	mu      sync.Mutex
 	charges map[string]Charge
 	calls   map[string]int // POST /charges per key
-	// AfterCharge, when set, runs after a new charge is made and before
-	// the answer is sent.
-	AfterCharge func()
+	after   func() // SetAfterCharge
+}
+
+// SetAfterCharge sets a function run after each new charge is made and
+// before its answer is sent (nil: none).
+func (p *FakeProvider) SetAfterCharge(fn func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.after = fn
 }
 
 // NewFakeProvider returns an empty provider.
@@ -219,8 +225,8 @@ func (p *FakeProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if !ok {
 			ch = Charge{ID: fmt.Sprintf("ch_%d", len(p.charges)+1)}
 			p.charges[key] = ch
-			if p.AfterCharge != nil {
-				p.AfterCharge()
+			if p.after != nil {
+				p.after()
 			}
 		}
 		json.NewEncoder(w).Encode(ch)

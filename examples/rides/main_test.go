@@ -34,13 +34,13 @@ func TestKilledMidway(t *testing.T) {
 	}
 	for _, ride := range []string{"ride-7", "ride-8"} {
 		cmd := exec.Command(bin, args(ride)...)
-		p.AfterCharge = func() { cmd.Process.Kill() }
+		p.SetAfterCharge(func() { cmd.Process.Kill() })
 		out, err := cmd.CombinedOutput()
 		if err == nil || !strings.Contains(err.Error(), "killed") {
 			t.Fatalf("%s: %v, want it killed\n%s", ride, err, out)
 		}
 	}
-	p.AfterCharge = nil
+	p.SetAfterCharge(nil)
 
 	out, err := exec.Command(bin, args("ride-7")...).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "booked ride-7, charged ch_1 (replayed: false)") {
