@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"database/sql"
 	"net/http/httptest"
 	"os/exec"
@@ -34,10 +35,16 @@ func TestKilledMidway(t *testing.T) {
 	}
 	for _, ride := range []string{"ride-7", "ride-8"} {
 		cmd := exec.Command(bin, args(ride)...)
-		p.SetAfterCharge(func() { cmd.Process.Kill() })
-		out, err := cmd.CombinedOutput()
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		proc := cmd.Process // read here, after Start wrote it
+		p.SetAfterCharge(func() { proc.Kill() })
+		err := cmd.Wait()
 		if err == nil || !strings.Contains(err.Error(), "killed") {
-			t.Fatalf("%s: %v, want it killed\n%s", ride, err, out)
+			t.Fatalf("%s: %v, want it killed\n%s", ride, err, out.String())
 		}
 	}
 	p.SetAfterCharge(nil)
