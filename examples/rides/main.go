@@ -198,7 +198,7 @@ type FakeProvider struct {
 	mu      sync.Mutex
 	charges map[string]Charge
 	calls   map[string]int // POST /charges per key
-	after   func() // SetAfterCharge
+	after   func()         // SetAfterCharge
 }
 
 // SetAfterCharge sets a function run after each new charge is made and

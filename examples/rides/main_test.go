@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"database/sql"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,12 +39,23 @@ func TestKilledMidway(t *testing.T) {
 		cmd := exec.Command(bin, args(ride)...)
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Start(); err != nil {
+		var (
+			mu   sync.Mutex // held until Start has set cmd.Process
+			proc *os.Process
+		)
+		p.SetAfterCharge(func() {
+			mu.Lock()
+			defer mu.Unlock()
+			proc.Kill()
+		})
+		mu.Lock()
+		err := cmd.Start()
+		proc = cmd.Process
+		mu.Unlock()
+		if err != nil {
 			t.Fatal(err)
 		}
-		proc := cmd.Process // read here, after Start wrote it
-		p.SetAfterCharge(func() { proc.Kill() })
-		err := cmd.Wait()
+		err = cmd.Wait()
 		if err == nil || !strings.Contains(err.Error(), "killed") {
 			t.Fatalf("%s: %v, want it killed\n%s", ride, err, out.String())
 		}
