@@ -251,11 +251,10 @@ func (r *Run) end(err error) error {
 	switch {
 	case r.parked:
 		return err
-	case errors.Is(context.Cause(r.ctx), ErrLeaseLost) || errors.Is(err, ErrLeaseLost):
-		if !errors.Is(err, ErrLeaseLost) {
-			err = fmt.Errorf("%w: %w", ErrLeaseLost, err)
-		}
-		return fmt.Errorf("idem: run %s: %w", l.keyName(c.Op.Key), err)
+	case errors.Is(err, ErrLeaseLost):
+		return err
+	case errors.Is(context.Cause(r.ctx), ErrLeaseLost):
+		return fmt.Errorf("idem: run %s: %w: %w", l.keyName(c.Op.Key), ErrLeaseLost, err)
 	case IsPermanent(err):
 		res := Result{Body: []byte(err.Error())}
 		if ferr := r.finish(idemtype.StateFailed, res); ferr != nil {

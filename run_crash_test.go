@@ -24,8 +24,10 @@ const (
 	runChildKey = "IDEM_RUN_CHILD_KEY"
 )
 
-// childLease is the children's lease: short, so the parent resumes soon.
-const childLease = 300 * time.Millisecond
+// childLease is the children's lease: short, so the parent resumes soon,
+// and long enough for heartbeats to get through under -race on a busy
+// machine (a child that loses its lease exits instead of being killed).
+const childLease = 2 * time.Second
 
 func newBooking(l *idem.Ledger, h func() hooks) (*idem.Runs, *idem.NamedRun[ride]) {
 	runs := idem.NewRuns()
