@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -47,7 +48,14 @@ func (h *stepHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer h.mu.Unlock()
 		h.charges[key]++
 		return "ch_1", nil
-	})
+	}, idem.StepLookup(func(ctx context.Context, key string) (string, idem.Verdict, error) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.charges[key] > 0 {
+			return "ch_1", idem.VerdictDone, nil
+		}
+		return "", idem.VerdictNotDone, nil
+	}))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return
@@ -102,21 +110,22 @@ func TestSteps(t *testing.T) {
 				if _, err := l.DB().ExecContext(t.Context(), `CREATE TABLE orders (key TEXT NOT NULL)`); err != nil {
 					t.Fatal(err)
 				}
-				var failed bool
+				var failed atomic.Bool
 				h := &stepHandler{l: l, charges: map[string]int{}, fail: func(w http.ResponseWriter, r *http.Request) bool {
-					if failed {
+					if failed.Swap(true) {
 						return false
 					}
-					failed = true
 					return tc.fail(w, r)
 				}}
-				srv := serve(t, idemhttp.Middleware(l, &idemhttp.Options{Lease: 300 * time.Millisecond, Logger: quiet})(h))
+				// The lease is short, so that the retry after LeftToLease
+				// comes soon, and long enough for heartbeats under -race.
+				srv := serve(t, idemhttp.Middleware(l, &idemhttp.Options{Lease: 2 * time.Second, Logger: quiet})(h))
 				first := do(t, "POST", srv.URL, `{}`, "Idempotency-Key: k1")
-				if first.status < 500 {
+				if first.status < 500 || !failed.Load() {
 					t.Fatalf("first attempt: %d %q", first.status, first.body)
 				}
 				var got reply
-				for range 200 {
+				for range 400 {
 					got = do(t, "POST", srv.URL, `{}`, "Idempotency-Key: k1")
 					if got.status != http.StatusConflict {
 						break
