@@ -42,6 +42,12 @@ type Claim struct {
 	// sent is when the claim was asked for: its lease can have started no
 	// earlier, so keep-alive counts the lease from here.
 	sent time.Time
+	// from is the state an Acquired claim took the key from: empty for a
+	// new record. A run resumes the steps of a released key only.
+	from idemtype.State
+	// run is the Run that Ledger.Steps made on this claim: finishing the
+	// claim settles its step records.
+	run *Run
 }
 
 // maxClaimRetries bounds the read-decide-swap loop. Each retry means another
@@ -190,7 +196,9 @@ func (l *Ledger) decide(ctx context.Context, ex driver.Executor, op Op, p driver
 		}
 		switch v {
 		case takeFresh:
-			return l.held(Acquired, op, p.LeaseID, rec), nil
+			c := l.held(Acquired, op, p.LeaseID, rec)
+			c.from = r.State
+			return c, nil
 		case parkStale:
 			l.logOp(ctx, slog.LevelWarn, "stale claim parked", op, rec.Attempt)
 			return &Claim{Outcome: Parked, Op: op, Record: rec}, nil

@@ -92,6 +92,12 @@ func (l *Ledger) finish(ctx context.Context, ex driver.Executor, c *Claim, st id
 	if err := checkHeld(c); err != nil {
 		return err
 	}
+	if c.run != nil && c.run.rows && st == idemtype.StateReleased {
+		// A run with checkpoints is never released: the next claim
+		// resumes it instead (see Steps).
+		l.endLease(ctx, c)
+		return nil
+	}
 	start := time.Now()
 	err := l.drv.Finish(ctx, ex, driver.FinishParams{
 		Fence: c.fence(), State: st, Status: r.Status, Meta: r.Meta, Body: r.Body,
@@ -104,6 +110,14 @@ func (l *Ledger) finish(ctx context.Context, ex driver.Executor, c *Claim, st id
 	l.observe(ctx, Event{Kind: EventFinish, Op: c.Op, Attempt: c.Token, State: st, Took: time.Since(start), Err: err})
 	if err != nil {
 		return fmt.Errorf("idem: finish %s as %s: %w", l.keyName(c.Op.Key), st, err)
+	}
+	if c.run != nil && c.run.rows && (st == idemtype.StateSucceeded || st == idemtype.StateFailed) {
+		// In the caller's transaction the step records go with the
+		// result; otherwise just after it: rows left by a crash in between
+		// belong to a finished key, and the key's next life deletes them.
+		if err := l.drv.StepDelete(ctx, ex, c.Op.Scope, c.Op.Key); err != nil && ex != driver.Shared {
+			return err
+		}
 	}
 	return nil
 }

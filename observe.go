@@ -18,6 +18,19 @@ const (
 	EventReconcile EventKind = "reconcile"  // a Reconciler answered Verdict
 	EventPrune     EventKind = "prune"      // a prune batch ran
 	EventResolve   EventKind = "resolve"    // an operator resolved a record (State, or Err)
+	EventStep      EventKind = "step"       // a run's step ended (Step, StepOutcome)
+)
+
+// StepOutcome is what became of one step of a run (EventStep).
+type StepOutcome string
+
+// Step outcomes.
+const (
+	StepRan      StepOutcome = "ran"      // the step ran and its checkpoint committed
+	StepReplayed StepOutcome = "replayed" // done by an earlier attempt: its checkpoint was returned
+	StepFound    StepOutcome = "found"    // unknown outcome; the lookup found it done
+	StepFailed   StepOutcome = "failed"   // unknown outcome; the lookup found it failed
+	StepParked   StepOutcome = "parked"   // unknown outcome nobody could decide: the run parked
 )
 
 // Event is one thing the ledger did, for metrics and tracing.
@@ -32,6 +45,10 @@ type Event struct {
 	Err     error
 	// Tombstoned and Deleted count a prune batch's rows.
 	Tombstoned, Deleted int
+	// Step and StepOutcome name a run's step and what became of it
+	// (EventStep).
+	Step        string
+	StepOutcome StepOutcome
 }
 
 // Observer receives every Event with the operation's context (so that a

@@ -87,3 +87,15 @@ func (l *Ledger) resolve(ctx context.Context, scope, key string, r Resolution) (
 	}
 	return rec, nil
 }
+
+// RunSteps returns the step records of an unfinished multi-step run of
+// (scope, key), for operators: the run's header first (Index -1, for a run
+// started through AddRun: its name and input), then each checkpointed or
+// started step. A finished run has none (they go with its result).
+func (l *Ledger) RunSteps(ctx context.Context, scope, key string) ([]idemtype.Step, error) {
+	steps, err := l.drv.StepList(ctx, scope, key)
+	if err != nil {
+		return nil, fmt.Errorf("idem: steps of %s: %w", l.keyName(key), err)
+	}
+	return steps, nil
+}

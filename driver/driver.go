@@ -159,7 +159,8 @@ type Ledger interface {
 // Driver is one database, made from the application's handle.
 type Driver interface {
 	Ledger
-	Work // jobs, outbox and inbox (driver/jobs.go)
+	Work  // jobs, outbox and inbox (driver/jobs.go)
+	Steps // multi-step runs (driver/steps.go)
 	// Name is "sqlite" or "postgres".
 	Name() string
 	// Setup readies the database for the ledger: it checks the connection

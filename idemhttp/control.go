@@ -3,6 +3,7 @@ package idemhttp
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"sync/atomic"
 
 	"github.com/idemdev/idem"
@@ -19,6 +20,7 @@ const (
 
 // control is what a guarded handler reaches through its request context.
 type control struct {
+	l       *idem.Ledger // lease-bound mode only: Steps
 	claim   *idem.Claim
 	tx      *sql.Tx
 	verdict atomic.Int32
@@ -54,6 +56,31 @@ func Tx(ctx context.Context) *sql.Tx {
 		return c.tx
 	}
 	return nil
+}
+
+// ErrNoSteps is returned by Steps outside a request guarded by the
+// lease-bound middleware.
+var ErrNoSteps = errors.New("idemhttp: steps need a request guarded by the lease-bound middleware (New)")
+
+// Steps returns the run of a guarded request, so that its handler can
+// split the work into steps (idem.TxStep, idem.CallStep): each step is
+// checkpointed under the request's key and fencing token. A retry of the
+// same key after a crash, a lost lease or a 5xx answer skips the steps
+// already done and returns their recorded results, instead of doing them
+// again; an answer that releases the key (5xx, Release) keeps the
+// checkpoints and lets the next retry resume at once. The response the
+// handler writes is stored as usual, and the step records go with it.
+//
+// The handler must answer a step's error with a failure (5xx resumes on
+// retry; an error wrapping idem.ErrParked should answer 409 or 503), never
+// with a success. Only the lease-bound middleware (New) has steps: in
+// transaction-bound mode the request is one transaction already.
+func Steps(ctx context.Context) (*idem.Run, error) {
+	c := controlFrom(ctx)
+	if c == nil || c.l == nil {
+		return nil, ErrNoSteps
+	}
+	return c.l.Steps(ctx, c.claim)
 }
 
 // Release tells the middleware that the guarded request's effect certainly

@@ -42,7 +42,7 @@ func (g *guard) serveLease(w http.ResponseWriter, r *http.Request, next http.Han
 // runLease runs the handler under c and settles the key; it returns how long
 // a forwarded call's upstream took (0 for a handler).
 func (g *guard) runLease(w http.ResponseWriter, r *http.Request, next http.Handler, c *idem.Claim, sent time.Time) (upstream time.Duration) {
-	ctl := &control{claim: c}
+	ctl := &control{l: g.l, claim: c}
 	ctx, cancel := context.WithCancelCause(context.WithValue(r.Context(), controlKey{}, ctl))
 	defer cancel(nil)
 	stop := g.keepAlive(context.WithoutCancel(r.Context()), c, sent, cancel)

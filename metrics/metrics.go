@@ -50,6 +50,7 @@ type Collector struct {
 	outboxDelivered *prometheus.CounterVec   // outcome
 	chunkRetries    *prometheus.CounterVec   // face
 	unrecorded      *prometheus.CounterVec   // face
+	steps           *prometheus.CounterVec   // face, outcome
 
 	gauges gauges
 
@@ -102,6 +103,8 @@ func New(driverName string) *Collector {
 			"Fan-out chunks sent again after a failure.", "face"),
 		unrecorded: counter("idem_responses_unrecorded_total",
 			"Responses delivered to their client but not recorded because the ledger write failed (disk full, database gone): the claim ends with its lease, then the stale-claim policy applies.", "face"),
+		steps: counter("idem_steps_total",
+			"Steps of multi-step runs, by outcome: ran, replayed (from a checkpoint), found (an unknown outcome the lookup found done), failed (found failed), parked (nobody could tell).", "face", "outcome"),
 		history: newHistory(historyStep, historyLen, time.Now),
 	}
 	c.gauges.init(cl)
@@ -115,7 +118,7 @@ func (c *Collector) collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		c.claims, c.duplicates, c.expiredReplays, c.leasesLost, c.finishes, c.reconciliations, c.errors,
 		c.pruneTombstoned, c.pruneDeleted, c.pruneBatches, c.claimSeconds, c.completeSeconds, c.gatewayAdded,
-		c.jobTransitions, c.jobRunSeconds, c.outboxDelivered, c.chunkRetries, c.unrecorded,
+		c.jobTransitions, c.jobRunSeconds, c.outboxDelivered, c.chunkRetries, c.unrecorded, c.steps,
 	}
 }
 

@@ -192,6 +192,7 @@ func TestMetricNamesFollowConventions(t *testing.T) {
 	obs(context.Background(), idem.Event{Kind: idem.EventLeaseLost})
 	obs(context.Background(), idem.Event{Kind: idem.EventReconcile, Verdict: idem.VerdictDone})
 	obs(context.Background(), idem.Event{Kind: idem.EventClaim, Err: idem.ErrExpired})
+	obs(context.Background(), idem.Event{Kind: idem.EventStep, Step: "charge", StepOutcome: idem.StepFound})
 	m.GatewayAdded(time.Millisecond)
 	m.JobTransition("email", "available", "running")
 	m.JobRun("email", "succeeded", time.Second)

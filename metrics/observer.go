@@ -48,6 +48,8 @@ func (c *Collector) observe(face string, e idem.Event) {
 			return
 		}
 		c.reconciled(face, "operator", resolveVerdict(e.State))
+	case idem.EventStep:
+		c.steps.WithLabelValues(face, string(e.StepOutcome)).Inc()
 	case idem.EventPrune:
 		c.pruneBatches.Inc()
 		c.pruneTombstoned.Add(float64(e.Tombstoned))

@@ -137,7 +137,9 @@ Shows one record: state, fingerprint, attempt (the fencing token), lease,
 retention and tombstone times by the database clock, the key's log hash,
 and a preview of the stored result. The preview is cut to --preview bytes
 and printed Go-quoted when it holds unprintable characters; with --json it
-is text when UTF-8 and base64 otherwise. An empty scope is "".
+is text when UTF-8 and base64 otherwise. An unfinished multi-step run
+also lists its steps: name, state, attempt, result size and step key.
+An empty scope is "".
 
   idem keys show "" order-42
   idem keys show acct-1 -- -key-with-a-dash`)
@@ -168,10 +170,17 @@ is text when UTF-8 and base64 otherwise. An empty scope is "".
 		fmt.Fprintln(stderr, "idem keys show:", err)
 		return 1
 	}
+	steps, err := l.RunSteps(ctx, pos[0], pos[1])
+	if err != nil {
+		fmt.Fprintln(stderr, "idem keys show:", err)
+		return 1
+	}
 	if *asJSON {
-		err = writeJSON(stdout, toJSON(r, true, *previewN))
-	} else {
-		err = printRecord(stdout, r, *previewN)
+		out := toJSON(r, true, *previewN)
+		out.Run, out.Steps = stepsJSON(r, steps)
+		err = writeJSON(stdout, out)
+	} else if err = printRecord(stdout, r, *previewN); err == nil {
+		err = printSteps(stdout, r, steps)
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "idem keys show:", err)

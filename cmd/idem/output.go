@@ -204,6 +204,58 @@ type recordJSON struct {
 	RetentionMS    int64          `json:"retention_ms"`
 	Now            *time.Time     `json:"now,omitempty"`
 	Result         *resultJSON    `json:"result,omitempty"`
+	// Run and Steps describe an unfinished multi-step run (keys show).
+	Run   *runJSON   `json:"run,omitempty"`
+	Steps []stepJSON `json:"steps,omitempty"`
+}
+
+// runJSON is a registered run's header: its name and input size.
+type runJSON struct {
+	Name       string `json:"name"`
+	InputBytes int    `json:"input_bytes"`
+}
+
+// stepJSON is one step of an unfinished run.
+type stepJSON struct {
+	Index       int                `json:"index"`
+	Name        string             `json:"name"`
+	State       idemtype.StepState `json:"state"`
+	Attempt     int64              `json:"attempt"`
+	ResultBytes int                `json:"result_bytes"`
+	StepKey     string             `json:"step_key"`
+}
+
+func stepsJSON(r idemtype.Record, steps []idemtype.Step) (*runJSON, []stepJSON) {
+	var run *runJSON
+	var out []stepJSON
+	for _, s := range steps {
+		if s.Index < 0 {
+			run = &runJSON{Name: s.Name, InputBytes: len(s.Result)}
+			continue
+		}
+		out = append(out, stepJSON{Index: s.Index, Name: s.Name, State: s.State, Attempt: s.Attempt,
+			ResultBytes: len(s.Result), StepKey: idem.StepKey(r.Scope, r.Key, s.Name)})
+	}
+	return run, out
+}
+
+// printSteps prints an unfinished run's steps under its record, one line
+// each: index, name, state, the attempt that wrote it, result size and the
+// step key an external step forwards downstream.
+func printSteps(w io.Writer, r idemtype.Record, steps []idemtype.Step) error {
+	if len(steps) == 0 {
+		return nil
+	}
+	run, list := stepsJSON(r, steps)
+	if run != nil {
+		fmt.Fprintf(w, "run: %s (input %d bytes)\n", printable(run.Name), run.InputBytes)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "STEP\tNAME\tSTATE\tATTEMPT\tRESULT\tSTEP KEY")
+	for _, s := range list {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d bytes\t%s\n", s.Index, printable(s.Name), s.State, s.Attempt, s.ResultBytes, s.StepKey)
+	}
+	return tw.Flush()
 }
 
 // resultJSON previews a stored result: the body and metadata are cut to

@@ -148,6 +148,7 @@ var cases = []testCase{
 	{"CloseTwice", testCloseTwice},
 	{"Fill", testFill},
 	{"Offsets", testOffsets},
+	{"Steps", testSteps},
 }
 
 // Run runs the conformance suite against one driver.

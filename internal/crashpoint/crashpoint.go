@@ -55,6 +55,20 @@ const (
 	// JobAfterCommit: the handler returned nil (its CompleteTx committed);
 	// the client has not yet confirmed it. Recovery: none needed.
 	JobAfterCommit = "job-after-commit"
+
+	// StepStarted: an external step of a run is marked started; its call
+	// has not been made. Recovery: the step's lookup decides, else the run
+	// parks.
+	StepStarted = "step-started"
+	// StepAfterCall: an external step's call returned; its result is not
+	// checkpointed. Recovery: as StepStarted (the lookup finds it done).
+	StepAfterCall = "step-after-call"
+	// StepBeforeCommit: a transaction step's writes and checkpoint are
+	// written, not committed. Recovery: both vanish; the step runs again.
+	StepBeforeCommit = "step-before-commit"
+	// StepAfterCheckpoint: a step's checkpoint committed; the next step
+	// has not begun. Recovery: resume after the step, without running it.
+	StepAfterCheckpoint = "step-after-checkpoint"
 )
 
 var (

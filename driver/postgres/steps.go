@@ -1,0 +1,90 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/idemdev/idem/driver"
+	"github.com/idemdev/idem/idemtype"
+	"github.com/idemdev/idem/internal/groupcommit"
+)
+
+// stepSaveQuery checks the fence with an UPDATE of the record, which locks
+// it until the transaction ends: a takeover waits for the step's commit and
+// then re-checks its own predicate, so it never reads the steps from
+// before a checkpoint that commits after it.
+var stepSaveQuery = clockCTE + `, f AS (UPDATE idem_keys k SET updated_at = c.now FROM c WHERE ` + fenced + `
+	RETURNING k.scope, k.key, k.attempt, k.fingerprint, c.now)
+	INSERT INTO idem_steps (scope, key, idx, name, state, attempt, fingerprint, result, updated_at)
+	SELECT f.scope, f.key, $6, $7, $8, f.attempt, f.fingerprint, $9, f.now FROM f
+	ON CONFLICT (scope, key, idx) DO UPDATE SET name = excluded.name, state = excluded.state,
+	attempt = excluded.attempt, fingerprint = excluded.fingerprint, result = excluded.result, updated_at = excluded.updated_at`
+
+// StepSave writes one step of the run f holds.
+func (d *Driver) StepSave(ctx context.Context, q driver.Executor, f driver.Fence, s idemtype.Step) error {
+	var n int64
+	err := d.gc.Write(ctx, q, &groupcommit.Write{
+		Key:   f.Scope + "\x00" + f.Key,
+		Query: stepSaveQuery,
+		Args:  []any{d.clock(), f.Scope, f.Key, f.Attempt, f.LeaseID, s.Index, s.Name, string(s.State), s.Result},
+		Exec:  func(rows int64) error { n = rows; return nil },
+	})
+	if err != nil {
+		return fmt.Errorf("postgres: step save: %w", err)
+	}
+	if n == 0 {
+		return driver.ErrFenced
+	}
+	return nil
+}
+
+// StepList reads a run's steps.
+func (d *Driver) StepList(ctx context.Context, scope, key string) ([]idemtype.Step, error) {
+	rows, err := d.ex.Query(ctx, `SELECT scope, key, idx, name, state, attempt, fingerprint, result, updated_at
+	FROM idem_steps WHERE scope = $1 AND key = $2 ORDER BY idx`, scope, key)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: step list: %w", err)
+	}
+	out, err := driver.ScanAll(rows, func(r driver.Row) (idemtype.Step, error) {
+		var (
+			s  idemtype.Step
+			st string
+		)
+		err := r.Scan(&s.Scope, &s.Key, &s.Index, &s.Name, &st, &s.Attempt, &s.Fingerprint, &s.Result, &s.UpdatedAt)
+		s.State = idemtype.StepState(st)
+		return s, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("postgres: step list: %w", err)
+	}
+	return out, nil
+}
+
+// StepDelete deletes a run's steps.
+func (d *Driver) StepDelete(ctx context.Context, q driver.Executor, scope, key string) error {
+	if q == driver.Shared {
+		q = d.ex
+	}
+	if _, err := q.Exec(ctx, `DELETE FROM idem_steps WHERE scope = $1 AND key = $2`, scope, key); err != nil {
+		return fmt.Errorf("postgres: step delete: %w", err)
+	}
+	return nil
+}
+
+// StaleRuns lists runs whose holder's lease ended.
+func (d *Driver) StaleRuns(ctx context.Context, limit int) ([]idemtype.RunRef, error) {
+	rows, err := d.ex.Query(ctx, clockCTE+`SELECT k.scope, k.key FROM c, idem_keys k
+	JOIN idem_steps s ON s.scope = k.scope AND s.key = k.key AND s.idx = -1
+	WHERE k.state = 'in_progress' AND k.lease_until <= c.now ORDER BY k.lease_until LIMIT $2`, d.clock(), limit)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: stale runs: %w", err)
+	}
+	out, err := driver.ScanAll(rows, func(r driver.Row) (idemtype.RunRef, error) {
+		var ref idemtype.RunRef
+		return ref, r.Scan(&ref.Scope, &ref.Key)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("postgres: stale runs: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,15 @@
+package idem_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/idemdev/idem/internal/pgtest"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(runChildEnv) != "" {
+		os.Exit(runChildMain())
+	}
+	pgtest.Main(m)
+}
