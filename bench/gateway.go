@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -50,29 +51,11 @@ func (r *runner) gatewayRows(ctx context.Context) ([]Result, error) {
 }
 
 func (r *runner) gatewayRow(ctx context.Context, upstream *url.URL, c int) ([]Result, error) {
-	rp := httputil.NewSingleHostReverseProxy(upstream)
-	rp.Transport = upstreamTransport()
-	rp.ErrorLog = log.New(io.Discard, "", 0)
-	bare, stopBare, err := r.httpLoad("baseline", rp, c)
+	idemOp, bare, stopSides, err := r.gatewaySides(ctx, upstream, c)
 	if err != nil {
 		return nil, err
 	}
-	defer stopBare()
-
-	l, _, done, err := r.openLedger(ctx, nil)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	g, err := gateway.New(l, &gateway.Config{Upstream: upstream, Logger: quiet, Transport: upstreamTransport()})
-	if err != nil {
-		return nil, err
-	}
-	idemOp, stopIdem, err := r.httpLoad("idem", g, c)
-	if err != nil {
-		return nil, err
-	}
-	defer stopIdem()
+	defer stopSides()
 
 	hl, scope, doneHand, err := r.openLedger(ctx, nil)
 	if err != nil {
@@ -143,6 +126,46 @@ func safeProxy(upstream *url.URL, h handLedger, scope string) http.Handler {
 		}
 		rp.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), claimKey{}, claim{key, attempt, leaseID})))
 	})
+}
+
+// gatewaySides serves keyed POSTs to upstream through idem's gateway on a
+// ledger of its own and through a bare httputil.ReverseProxy, each for c
+// connections; stop ends both.
+func (r *runner) gatewaySides(ctx context.Context, upstream *url.URL, c int) (idemOp, bare opFunc, stop func(), err error) {
+	var stops []func()
+	stopAll := func() {
+		for _, f := range slices.Backward(stops) {
+			f()
+		}
+	}
+	defer func() {
+		if err != nil {
+			stopAll()
+		}
+	}()
+	rp := httputil.NewSingleHostReverseProxy(upstream)
+	rp.Transport = upstreamTransport()
+	rp.ErrorLog = log.New(io.Discard, "", 0)
+	bare, stopBare, err := r.httpLoad("baseline", rp, c)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	stops = append(stops, stopBare)
+	l, _, done, err := r.openLedger(ctx, nil)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	stops = append(stops, done)
+	g, err := gateway.New(l, &gateway.Config{Upstream: upstream, Logger: quiet, Transport: upstreamTransport()})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	idemOp, stopIdem, err := r.httpLoad("idem", g, c)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	stops = append(stops, stopIdem)
+	return idemOp, bare, stopAll, nil
 }
 
 // upstreamTransport is how both proxies reach the upstream: enough idle
@@ -238,28 +261,11 @@ func (r *runner) memoryRows(ctx context.Context) ([]Result, error) {
 	}
 	defer stop()
 	u, _ := url.Parse(upstream)
-	rp := httputil.NewSingleHostReverseProxy(u)
-	rp.Transport = upstreamTransport()
-	rp.ErrorLog = log.New(io.Discard, "", 0)
-	bare, stopBare, err := r.httpLoad("baseline", rp, largeInFlight)
+	idemOp, bare, stopSides, err := r.gatewaySides(ctx, u, largeInFlight)
 	if err != nil {
 		return nil, err
 	}
-	defer stopBare()
-	l, _, done, err := r.openLedger(ctx, nil)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	g, err := gateway.New(l, &gateway.Config{Upstream: u, Logger: quiet, Transport: upstreamTransport()})
-	if err != nil {
-		return nil, err
-	}
-	idemOp, stopIdem, err := r.httpLoad("idem", g, largeInFlight)
-	if err != nil {
-		return nil, err
-	}
-	defer stopIdem()
+	defer stopSides()
 
 	r.progress("gateway 1 MiB responses, %d connections: idem gateway, bare httputil.ReverseProxy", largeInFlight)
 	var rss [2]float64
