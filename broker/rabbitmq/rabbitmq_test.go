@@ -116,6 +116,17 @@ func (e *env) depth(t *testing.T, queue string) int {
 	return q.Messages
 }
 
+// waitDepth reads queue's depth until it is want, for at most 10 s, and
+// returns the last depth read.
+func (e *env) waitDepth(t *testing.T, queue string, want int) int {
+	t.Helper()
+	got := e.depth(t, queue)
+	for deadline := time.Now().Add(10 * time.Second); got != want && time.Now().Before(deadline); got = e.depth(t, queue) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	return got
+}
+
 func runUntil(t *testing.T, done func() bool, cs ...*rabbitmq.Consumer) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -178,7 +189,9 @@ func TestChangedPayloadAndNoIDAreDeadLettered(t *testing.T) {
 			if rows, _ := e.effects(t); rows != 1 {
 				t.Fatalf("%d effects, want 1", rows)
 			}
-			if got := e.depth(t, e.queue+".dead"); got != 2 {
+			// The broker routes a rejected message to the dead-letter
+			// exchange after the reject is sent: wait for it to land.
+			if got := e.waitDepth(t, e.queue+".dead", 2); got != 2 {
 				t.Fatalf("%d dead letters, want 2", got)
 			}
 			if len(settled) != 3 || settled[1].Outcome != rabbitmq.DeadLettered || settled[1].Err == nil {
