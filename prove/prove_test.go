@@ -147,9 +147,11 @@ func TestScenarios(t *testing.T) {
 }
 
 // ownTests are the scenarios that start clusters of their own (a primary
-// and a standby) or a proxy: TestFailoverScenarios runs them, beside
-// TestScenarios, so that neither takes too long.
-var ownTests = map[string]bool{"failover": true, "ambiguous-commit": true}
+// and a standby), a proxy or a broker: TestFailoverScenarios runs the
+// first two, TestBrokerKafka and the broker packages' TestAttack
+// (broker/jetstream, broker/rabbitmq) run broker-redelivery's variants,
+// so that TestScenarios does not take too long.
+var ownTests = map[string]bool{"failover": true, "ambiguous-commit": true, "broker-redelivery": true}
 
 // ownTest lists the scenarios in ownTests (own) or not in it.
 func ownTest(own bool) []string {
