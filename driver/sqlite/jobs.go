@@ -220,7 +220,13 @@ func (d *Driver) ClaimJobs(ctx context.Context, p driver.ClaimJobsParams) ([]ide
 	if err := tx.Commit(); err != nil {
 		return nil, fmt.Errorf("sqlite: claim jobs: %w", err)
 	}
-	// RETURNING order is unspecified: hand jobs out in claim order.
+	sortClaimed(out)
+	return out, nil
+}
+
+// sortClaimed puts claimed jobs in claim order (priority, run_at, id):
+// RETURNING's order is unspecified.
+func sortClaimed(out []idemtype.JobRow) {
 	slices.SortFunc(out, func(a, b idemtype.JobRow) int {
 		if c := cmp.Compare(a.Priority, b.Priority); c != 0 {
 			return c
@@ -230,7 +236,6 @@ func (d *Driver) ClaimJobs(ctx context.Context, p driver.ClaimJobsParams) ([]ide
 		}
 		return cmp.Compare(a.ID, b.ID)
 	})
-	return out, nil
 }
 
 // jobFenced is the predicate of every write a job's holder makes.

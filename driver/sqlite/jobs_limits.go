@@ -1,7 +1,6 @@
 package sqlite
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -78,15 +77,7 @@ UPDATE idem_jobs SET state = 'running', attempt = attempt + 1,
 			return nil, fmt.Errorf("sqlite: claim jobs: count rate: %w", err)
 		}
 	}
-	slices.SortFunc(out, func(a, b idemtype.JobRow) int {
-		if c := cmp.Compare(a.Priority, b.Priority); c != 0 {
-			return c
-		}
-		if c := a.RunAt.Compare(b.RunAt); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.ID, b.ID)
-	})
+	sortClaimed(out)
 	return out, nil
 }
 
