@@ -45,14 +45,8 @@ func (l *Ledger) Do(ctx context.Context, op Op, fn Func) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	switch c.Outcome {
-	case Replay:
-		if c.Record.State == idemtype.StateFailed {
-			return c.Result, fmt.Errorf("%w: scope %q key %s", ErrFailed, c.Op.Scope, l.keyName(c.Op.Key))
-		}
-		return c.Result, nil
-	case InFlight, Mismatch, Parked:
-		return Result{}, &ConflictError{Outcome: c.Outcome, Record: c.Record, hashKey: l.hashKeys}
+	if res, done, err := l.unheld(c); done {
+		return res, err
 	}
 	crashpoint.Hit(crashpoint.AfterClaim)
 	return l.run(ctx, c, fn)
@@ -149,4 +143,21 @@ func (l *Ledger) releaseQuietly(ctx context.Context, c *Claim) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	_ = l.Release(ctx, c) // if this fails the lease ends on its own
+}
+
+// unheld is what Do and Run answer for a claim that did not make the caller
+// its holder (done): a replay's stored result (with ErrFailed for a stored
+// failure), or a ConflictError for a key in flight, reused with another
+// request or parked.
+func (l *Ledger) unheld(c *Claim) (res Result, done bool, err error) {
+	switch c.Outcome {
+	case Replay:
+		if c.Record.State == idemtype.StateFailed {
+			return c.Result, true, fmt.Errorf("%w: scope %q key %s", ErrFailed, c.Op.Scope, l.keyName(c.Op.Key))
+		}
+		return c.Result, true, nil
+	case InFlight, Mismatch, Parked:
+		return Result{}, true, &ConflictError{Outcome: c.Outcome, Record: c.Record, hashKey: l.hashKeys}
+	}
+	return Result{}, false, nil
 }

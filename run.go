@@ -86,14 +86,8 @@ func (l *Ledger) runNamed(ctx context.Context, op Op, name string, input []byte,
 	if err != nil {
 		return Result{}, err
 	}
-	switch c.Outcome {
-	case Replay:
-		if c.Record.State == idemtype.StateFailed {
-			return c.Result, fmt.Errorf("%w: scope %q key %s", ErrFailed, c.Op.Scope, l.keyName(c.Op.Key))
-		}
-		return c.Result, nil
-	case InFlight, Mismatch, Parked:
-		return Result{}, &ConflictError{Outcome: c.Outcome, Record: c.Record, hashKey: l.hashKeys}
+	if res, done, err := l.unheld(c); done {
+		return res, err
 	}
 	return l.drive(ctx, c, name, input, fn)
 }
