@@ -74,13 +74,19 @@ func runCrashAfterCall(ctx context.Context, t *trial) error {
 
 // attackAndRecover is the crash scenarios' two phases.
 func (t *trial) attackAndRecover(ctx context.Context, s spec, point string) error {
+	return t.attackAndRecoverAt(ctx, s, func(n int) string { return fmt.Sprintf("%s:%d", point, 1+t.intN(n)) })
+}
+
+// attackAndRecoverAt is attackAndRecover with each group's crash points
+// chosen by crash, given the group's size.
+func (t *trial) attackAndRecoverAt(ctx context.Context, s spec, crash func(n int) string) error {
 	keys := t.shuffled()
 	var jobs []job
 	for i := 0; i < len(keys); {
 		n := min(1+t.intN(3), len(keys)-i)
 		g := s
 		g.Keys = keys[i : i+n]
-		jobs = append(jobs, job{s: g, crash: fmt.Sprintf("%s:%d", point, 1+t.intN(n))})
+		jobs = append(jobs, job{s: g, crash: crash(n)})
 		i += n
 	}
 	if err := t.runAll(ctx, jobs); err != nil {

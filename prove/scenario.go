@@ -73,6 +73,9 @@ var all = []scenario{
 	{Scenario: Scenario{Name: "broker-redelivery", Variants: brokerVariantNames(),
 		Summary: "messages published twice into a real broker, consumers SIGKILLed before commit and before ack, the broker killed mid-run; Kafka (kfake, in-process): offsets in the database, a rebalancing group, the topic replayed"},
 		skipVariant: skipBroker, run: runBrokerRedelivery},
+	{Scenario: Scenario{Name: "multi-step", Variants: []string{string(lookup), string(blind)},
+		Summary: "runs of three steps (a row, a keyed charge, a notification that can be looked up or not) with workers SIGKILLed at random step boundaries and resumed by others: each step once, blind parks honestly"},
+		run: runMultiStep},
 }
 
 // Scenarios lists every scenario, in the order they run.

@@ -36,6 +36,7 @@ const (
 	roleHold   = "hold"   // claim, report, wait (to be paused), then try to commit
 	roleJobs   = "jobs"   // enqueue or work jobs (double-enqueue)
 	roleBroker = "broker" // consume a broker's messages through its adapter (broker-redelivery)
+	roleSteps  = "steps"  // Ledger.Run: a row, a charge at Provider, a notification at Notifier (multi-step)
 )
 
 // spec is what a worker is told: the first line on its stdin, as JSON.
@@ -53,7 +54,11 @@ type spec struct {
 	Stale       string `json:"stale,omitempty"`    // redo (default), park, reconcile
 	Provider    string `json:"provider,omitempty"` // the counting provider's base URL
 	WorkMS      int64  `json:"work_ms,omitempty"`  // how long the server's work takes
-	PaceMS      int64  `json:"pace_ms,omitempty"`  // a pause before each operation
+	// Notifier is the multi-step notification provider's base URL; Notify
+	// is what it can do ("lookup" or "blind").
+	Notifier string `json:"notifier,omitempty"`
+	Notify   string `json:"notify,omitempty"`
+	PaceMS   int64  `json:"pace_ms,omitempty"` // a pause before each operation
 	// WaitGo makes the worker report ready and wait for "go" (or EOF) on
 	// stdin before it starts, so that many workers start together.
 	WaitGo bool `json:"wait_go,omitempty"`

@@ -114,6 +114,8 @@ func (w *worker) run(ctx context.Context) error {
 		return w.runEach(ctx, w.doOnce)
 	case roleCall:
 		return w.runEach(ctx, w.callOnce)
+	case roleSteps:
+		return w.runEach(ctx, w.stepsOnce)
 	case roleServer:
 		return w.runServer(ctx)
 	case roleHold:
