@@ -171,7 +171,7 @@ func TestFailoverScenarios(t *testing.T) {
 	t.Parallel()
 	requirePostgres(t)
 	cfg := testConfig(t, "postgres")
-	cfg.Scenarios = ownTest(true)
+	cfg.Scenarios = []string{"failover", "ambiguous-commit"}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	rep, err := Run(ctx, cfg)
