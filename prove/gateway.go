@@ -128,6 +128,14 @@ func (g *gatewayPool) launch(ctx context.Context, i int, crash string) error {
 		return err
 	}
 	g.mu.Lock()
+	if g.stopping {
+		// stop began while this replacement started: it took its list of
+		// gateways before this one was in it, so this one ends itself.
+		g.mu.Unlock()
+		p.terminate()
+		<-p.done
+		return nil
+	}
 	g.addrs[i], g.procs[i] = addr, p
 	g.mu.Unlock()
 	g.wg.Go(func() {
