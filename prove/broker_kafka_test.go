@@ -1,8 +1,6 @@
 package prove
 
 import (
-	"bytes"
-	"context"
 	"testing"
 	"time"
 )
@@ -25,15 +23,7 @@ func TestBrokerKafka(t *testing.T) {
 			cfg.Ops, cfg.Workers = 60, 3
 			cfg.NoGuard = driver == "noguard"
 			cfg.Scenarios = []string{"broker-redelivery/kafka"}
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-			defer cancel()
-			rep, err := Run(ctx, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var table bytes.Buffer
-			WriteTable(&table, rep)
-			t.Logf("\n%s", table.String())
+			rep := runLogged(t, cfg, 3*time.Minute)
 			if len(rep.Results) != 1 {
 				t.Fatalf("%d results, want 1", len(rep.Results))
 			}

@@ -34,6 +34,22 @@ const testOps = 6
 
 // testConfig is a small run on db. IDEM_PROVE_SEED repeats a run's
 // choices; the seed is logged either way.
+// runLogged runs cfg within timeout, logs the report's table and returns
+// the report; an error ends the test.
+func runLogged(t *testing.T, cfg Config, timeout time.Duration) *Report {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	rep, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table bytes.Buffer
+	WriteTable(&table, rep)
+	t.Logf("\n%s", table.String())
+	return rep
+}
+
 func testConfig(t *testing.T, db string) Config {
 	t.Helper()
 	exe, err := os.Executable()
@@ -112,15 +128,7 @@ func TestScenarios(t *testing.T) {
 			cfg.Serve = serveCommand(t)
 			cfg.Scenarios = ownTest(false)
 			// Ten minutes: broker-redelivery boots and restarts a RabbitMQ.
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-			defer cancel()
-			rep, err := Run(ctx, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var table bytes.Buffer
-			WriteTable(&table, rep)
-			t.Logf("\n%s", table.String())
+			rep := runLogged(t, cfg, 10*time.Minute)
 			ran := map[string]bool{}
 			for _, r := range rep.Results {
 				ran[r.Name] = true
@@ -172,15 +180,7 @@ func TestFailoverScenarios(t *testing.T) {
 	requirePostgres(t)
 	cfg := testConfig(t, "postgres")
 	cfg.Scenarios = []string{"failover", "ambiguous-commit"}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	rep, err := Run(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var table bytes.Buffer
-	WriteTable(&table, rep)
-	t.Logf("\n%s", table.String())
+	rep := runLogged(t, cfg, 5*time.Minute)
 	if len(rep.Results) != 3 {
 		t.Fatalf("%d rows, want failover/sync, failover/async, ambiguous-commit", len(rep.Results))
 	}
@@ -253,15 +253,7 @@ func TestNoGuardFails(t *testing.T) {
 	cfg.NoGuard = true
 	// One attack on each guard: the claim, the done mark, the fence.
 	cfg.Scenarios = []string{"crash-after-commit", "duplicate-delivery", "pause-past-lease"}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	rep, err := Run(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var table bytes.Buffer
-	WriteTable(&table, rep)
-	t.Logf("\n%s", table.String())
+	rep := runLogged(t, cfg, 5*time.Minute)
 	if rep.OK {
 		t.Fatal("a run without the guard passed")
 	}
@@ -270,6 +262,8 @@ func TestNoGuardFails(t *testing.T) {
 			t.Errorf("%s without the guard: ok=%v with %d duplicates, want FAIL with duplicates", r.Name, r.OK, r.Duplicates)
 		}
 	}
+	var table bytes.Buffer
+	WriteTable(&table, rep)
 	if !strings.Contains(table.String(), "FAIL: ") || !strings.Contains(table.String(), "--seed") {
 		t.Errorf("the table does not say FAIL and how to repeat:\n%s", table.String())
 	}
@@ -286,15 +280,7 @@ func TestMultiStepNoGuardFails(t *testing.T) {
 	cfg.Seed = multiStepNoGuardSeed
 	cfg.NoGuard = true
 	cfg.Scenarios = []string{"multi-step"}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	rep, err := Run(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var table bytes.Buffer
-	WriteTable(&table, rep)
-	t.Logf("\n%s", table.String())
+	rep := runLogged(t, cfg, 5*time.Minute)
 	if len(rep.Results) != 2 {
 		t.Fatalf("%d rows, want multi-step/lookup and multi-step/blind", len(rep.Results))
 	}
