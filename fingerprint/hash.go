@@ -52,6 +52,14 @@ func Bytes(b []byte) string {
 }
 
 func digest(scheme string, b []byte) string {
-	sum := sha256.Sum256(b)
-	return scheme + ":" + hex.EncodeToString(sum[:])
+	return format(scheme, sha256.Sum256(b))
+}
+
+// format spells a fingerprint: scheme, a colon, the sum in lowercase hex,
+// built on the stack so that the string is the only allocation.
+func format(scheme string, sum [sha256.Size]byte) string {
+	var buf [64 + 2*sha256.Size]byte
+	out := append(buf[:0], scheme...)
+	out = append(out, ':')
+	return string(hex.AppendEncode(out, sum[:]))
 }

@@ -3,7 +3,6 @@ package fingerprint
 import (
 	"bytes"
 	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"net/url"
 	"strings"
@@ -115,11 +114,18 @@ func (h *HTTPHasher) Input(r Request) (string, error) {
 
 // Sum returns the fingerprint of r (see HTTP).
 func (h *HTTPHasher) Sum(r Request) (string, error) {
-	in, err := h.Input(r)
+	body, err := h.body(r)
 	if err != nil {
 		return "", err
 	}
-	return digest(HTTPScheme, []byte(in)), nil
+	// Input, built on the stack when it fits (it is short but for a long
+	// path or query): the fingerprint is then the only allocation.
+	var buf [512]byte
+	in := append(buf[:0], "idemhttp/v1\n"...)
+	for _, s := range [...]string{r.Method, r.Path, r.RawQuery} {
+		in = append(append(in, s...), '\n')
+	}
+	return format(HTTPScheme, sha256.Sum256(append(in, body...))), nil
 }
 
 // body returns the body fingerprint of Input.
@@ -156,8 +162,7 @@ func (h *HTTPHasher) body(r Request) (string, error) {
 				vals[k] = v
 			}
 		}
-		sum := sha256.Sum256([]byte(vals.Encode()))
-		return "form-sha256:" + hex.EncodeToString(sum[:]), nil
+		return format("form-sha256", sha256.Sum256([]byte(vals.Encode()))), nil
 	}
 	return Bytes(r.Body), nil
 }

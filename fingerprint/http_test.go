@@ -62,3 +62,18 @@ func TestHTTPErrors(t *testing.T) {
 		t.Errorf("bad pointer: %v, want ErrInvalidPointer", err)
 	}
 }
+
+// TestHTTPLongInput: a request whose Input outgrows the stack buffer Sum
+// builds it in still hashes to the SHA-256 of HTTPInput.
+func TestHTTPLongInput(t *testing.T) {
+	t.Parallel()
+	r := Request{Method: "POST", Path: "/" + strings.Repeat("p", 600), RawQuery: strings.Repeat("q=1&", 200), MediaType: "text/plain", Body: []byte("x")}
+	in, err := HTTPInput(r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256([]byte(in))
+	if fp, err := HTTP(r, nil); err != nil || fp != "http-sha256:"+hex.EncodeToString(sum[:]) {
+		t.Fatalf("HTTP = %s, %v; want the SHA-256 of HTTPInput", fp, err)
+	}
+}

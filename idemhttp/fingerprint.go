@@ -6,6 +6,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"strings"
 
 	"github.com/idemdev/idem/fingerprint"
 )
@@ -24,11 +25,41 @@ var errBadBody = errors.New("bad request body")
 // mediaType returns the request's media type, lower case, without
 // parameters; "" when absent or unparsable.
 func mediaType(r *http.Request) string {
-	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	return parseMediaType(r.Header.Get("Content-Type"))
+}
+
+// parseMediaType is mime.ParseMediaType's media type, "" on any error. A
+// bare lower-case type/subtype, what most clients send, is returned as it
+// is: parsing it would allocate a map for parameters it does not have.
+func parseMediaType(v string) string {
+	if plainMediaType(v) {
+		return v
+	}
+	mt, _, err := mime.ParseMediaType(v)
 	if err != nil {
 		return ""
 	}
 	return mt
+}
+
+// plainMediaType reports whether v is type/subtype in lower-case letters,
+// digits and the token marks media types use, with nothing around it.
+func plainMediaType(v string) bool {
+	typ, sub, ok := strings.Cut(v, "/")
+	return ok && lowerToken(typ) && lowerToken(sub)
+}
+
+func lowerToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := range len(s) {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || strings.IndexByte("!#$&-^_.+", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }
 
 const formType = fingerprint.FormMediaType

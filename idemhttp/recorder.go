@@ -6,7 +6,6 @@ import (
 	"cmp"
 	"fmt"
 	"io"
-	"mime"
 	"net"
 	"net/http"
 	"os"
@@ -253,8 +252,7 @@ func copyHeader(dst, src http.Header) {
 }
 
 func isEventStream(h http.Header) bool {
-	mt, _, _ := mime.ParseMediaType(h.Get("Content-Type"))
-	return mt == "text/event-stream"
+	return parseMediaType(h.Get("Content-Type")) == "text/event-stream"
 }
 
 // bodyAllowed mirrors net/http: 1xx, 204 and 304 responses have no body.
