@@ -201,3 +201,33 @@ func (l *Ledger) resolveStep(ctx context.Context, scope, key string, r StepResol
 	}
 	return cur, fmt.Errorf("idem: resolve step %q of %s: the record changed meanwhile; try again", r.Step, l.keyName(key))
 }
+
+// StoppedRun is a multi-step run stopped between steps, as operators see
+// it: its record (in progress or parked) and its step records, the run's
+// header (Index -1, for a registered run) first.
+type StoppedRun struct {
+	Record idemtype.Record
+	Steps  []idemtype.Step
+}
+
+// StoppedRuns returns up to limit unfinished multi-step runs (records in
+// progress or parked that have step records), most recently updated
+// first, each with its steps: what the admin page lists. A run that
+// finishes between the two reads is left out.
+func (l *Ledger) StoppedRuns(ctx context.Context, limit int) ([]StoppedRun, error) {
+	recs, err := l.drv.StepRuns(ctx, limit)
+	if err != nil {
+		return nil, fmt.Errorf("idem: stopped runs: %w", err)
+	}
+	out := make([]StoppedRun, 0, len(recs))
+	for _, rec := range recs {
+		steps, err := l.RunSteps(ctx, rec.Scope, rec.Key)
+		if err != nil {
+			return out, err
+		}
+		if len(steps) > 0 {
+			out = append(out, StoppedRun{Record: rec, Steps: steps})
+		}
+	}
+	return out, nil
+}

@@ -37,6 +37,11 @@ type Steps interface {
 	// the record or the step is in another state, or the lease is live
 	// without Force.
 	StepResolve(ctx context.Context, p StepResolveParams) (idemtype.Record, error)
+	// StepRuns returns up to limit records, in progress or parked, that
+	// have step rows (runs stopped between steps), most recently updated
+	// first, for operators. It reads from the step rows, which exist only
+	// for unfinished runs, not from every record.
+	StepRuns(ctx context.Context, limit int) ([]idemtype.Record, error)
 }
 
 // StepResolveParams is an operator's decision about one started step of a

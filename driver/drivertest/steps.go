@@ -224,4 +224,21 @@ func testStepResolve(t *testing.T, s *suite) {
 	if _, err := l.ResolveStep(ctx, "s", "none", done("charge", `1`)); !errors.Is(err, idem.ErrNotFound) {
 		t.Fatalf("no record: %v, want ErrNotFound", err)
 	}
+
+	// Stopped runs: k2 and k3 (unfinished, with steps), not k (finished).
+	runs, err := l.StoppedRuns(ctx, 10)
+	var keys []string
+	for _, r := range runs {
+		keys = append(keys, r.Record.Key)
+		if r.Steps[0].Index != -1 || r.Steps[0].Name != "book" {
+			t.Fatalf("run %s steps %+v, want the header first", r.Record.Key, r.Steps)
+		}
+	}
+	slices.Sort(keys)
+	if err != nil || !slices.Equal(keys, []string{"k2", "k3"}) {
+		t.Fatalf("StoppedRuns: %v, %v; want k2 and k3", keys, err)
+	}
+	if runs, err := l.StoppedRuns(ctx, 1); err != nil || len(runs) != 1 {
+		t.Fatalf("StoppedRuns(1): %d runs, %v", len(runs), err)
+	}
 }

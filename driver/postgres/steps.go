@@ -132,3 +132,18 @@ func (d *Driver) StepResolve(ctx context.Context, p driver.StepResolveParams) (i
 	}
 	return rec, nil
 }
+
+// StepRuns lists unfinished runs' records, newest first.
+func (d *Driver) StepRuns(ctx context.Context, limit int) ([]idemtype.Record, error) {
+	rows, err := d.ex.Query(ctx, clockCTE+`SELECT `+cols("k.")+`, c.now FROM idem_keys k, c
+	WHERE (k.scope, k.key) IN (SELECT DISTINCT scope, key FROM idem_steps) AND k.state IN ('in_progress', 'parked')
+	ORDER BY k.updated_at DESC LIMIT $2`, d.clock(), limit)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: step runs: %w", err)
+	}
+	out, err := driver.ScanAll(rows, func(r driver.Row) (idemtype.Record, error) { return scanRecord(r) })
+	if err != nil {
+		return nil, fmt.Errorf("postgres: step runs: %w", err)
+	}
+	return out, nil
+}

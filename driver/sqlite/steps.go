@@ -125,3 +125,19 @@ func (d *Driver) StepResolve(ctx context.Context, p driver.StepResolveParams) (i
 	}
 	return rec, nil
 }
+
+// StepRuns lists unfinished runs' records, newest first.
+func (d *Driver) StepRuns(ctx context.Context, limit int) ([]idemtype.Record, error) {
+	now := d.nowMS()
+	rows, err := d.r.Query(ctx, `SELECT `+cols+` FROM idem_keys
+	WHERE (scope, key) IN (SELECT DISTINCT scope, key FROM idem_steps) AND state IN ('in_progress', 'parked')
+	ORDER BY updated_at DESC LIMIT ?`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: step runs: %w", err)
+	}
+	out, err := driver.ScanAll(rows, func(r driver.Row) (idemtype.Record, error) { return scanRecord(r, now) })
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: step runs: %w", err)
+	}
+	return out, nil
+}
