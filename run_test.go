@@ -141,9 +141,10 @@ type ride struct {
 
 // hooks lets a test fail or block a booking at a step.
 type hooks struct {
-	beforeCharge    func() error // in the charge step, before the provider call
-	afterCharge     func() error // in the charge step, after the provider call
-	receipt         func() error // in the receipt step, before its write
+	beforeCharge    func() error                                // in the charge step, before the provider call
+	afterCharge     func() error                                // in the charge step, after the provider call
+	receipt         func() error                                // in the receipt step, before its write
+	receiptTx       func(ctx context.Context, tx *sql.Tx) error // in the receipt step, after its write
 	noLookup        bool
 	lookupOverwrite func(ctx context.Context, key string) (string, idem.Verdict, error)
 }
@@ -188,6 +189,9 @@ func book(l *idem.Ledger, op idem.Op, h hooks) idem.RunFunc {
 				}
 			}
 			_, err := tx.ExecContext(ctx, rebindFor(l, `INSERT INTO receipts (key) VALUES (?)`), op.Key)
+			if err == nil && h.receiptTx != nil {
+				err = h.receiptTx(ctx, tx)
+			}
 			return true, err
 		})
 		if err != nil {
