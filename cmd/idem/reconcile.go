@@ -26,7 +26,7 @@ func init() {
 	register(command{
 		name:    "reconcile",
 		usage:   reconcileUsage,
-		summary: "resolve a parked or stale claim: record it as succeeded or failed, or release it",
+		summary: "resolve a parked or stale claim (succeeded, failed, release) or one step of a parked run",
 		run:     runReconcile,
 	})
 }

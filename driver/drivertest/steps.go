@@ -201,6 +201,9 @@ func testStepResolve(t *testing.T, s *suite) {
 	if err != nil || rec.State != idemtype.StateInProgress || !rec.Stale() {
 		t.Fatalf("resolve a stale run's step: %+v, %v", rec, err)
 	}
+	if err := d.StepSave(ctx, driver.Shared, fence(c), idemtype.Step{Index: 1, Name: "charge", State: idemtype.StepDone}); !errors.Is(err, driver.ErrFenced) {
+		t.Fatalf("the dead holder's checkpoint after resolve: %v, want ErrFenced", err)
+	}
 	if got := stepsOf("k2"); len(got) != 2 || got["ride"].State != idemtype.StepDone {
 		t.Fatalf("after not done: %+v, want header and ride only", got)
 	}
