@@ -54,7 +54,9 @@ type Resolution struct {
 
 // Resolve applies an operator's decision to a parked record, or to an
 // in-progress one whose lease ended. An in-progress record under a live
-// lease is refused with ErrLiveLease unless r.Force.
+// lease is refused with ErrLiveLease unless r.Force. Succeeded or failed
+// ends a multi-step run: its step records are deleted after the record is
+// written (a released run keeps them, to resume from).
 func (l *Ledger) Resolve(ctx context.Context, scope, key string, r Resolution) (idemtype.Record, error) {
 	start := time.Now()
 	rec, err := l.resolve(ctx, scope, key, r)
@@ -86,6 +88,15 @@ func (l *Ledger) resolve(ctx context.Context, scope, key string, r Resolution) (
 	}
 	if err != nil {
 		return idemtype.Record{}, fmt.Errorf("idem: resolve %s: %w", l.keyName(key), err)
+	}
+	if r.As != idemtype.StateReleased {
+		// A finished run's step records go, as when the run finishes
+		// itself (a released one keeps them to resume from). Nothing can
+		// write them any more: if this fails they only linger until the
+		// key's next life.
+		if err := l.drv.StepDelete(ctx, driver.Shared, scope, key); err != nil {
+			l.log.WarnContext(ctx, "resolved a run but kept its step records", "key", l.keyName(key), "error", err.Error())
+		}
 	}
 	return rec, nil
 }

@@ -653,3 +653,30 @@ func TestRunParkedStepResolved(t *testing.T) {
 		}
 	})
 }
+
+// TestRunParkedResolvedSucceeded: a parked run resolved as a whole
+// (succeeded) loses its step records, as a run that finishes itself does;
+// a retry replays the operator's result.
+func TestRunParkedResolvedSucceeded(t *testing.T) {
+	eachRunDriver(t, func(t *testing.T, f *runFixture) {
+		ctx := t.Context()
+		op := idem.Op{Key: "k", Fingerprint: "fp"}
+		f.l.Run(ctx, op, book(f.l, op, hooks{afterCharge: func() error { return errFlaky }}))
+		if _, err := f.l.Run(ctx, op, book(f.l, op, hooks{noLookup: true})); !errors.Is(err, idem.ErrParked) {
+			t.Fatalf("%v, want parked", err)
+		}
+		if steps, _ := f.l.RunSteps(ctx, "", op.Key); len(steps) != 2 {
+			t.Fatalf("parked run has %d step records, want 2", len(steps))
+		}
+		if _, err := f.l.Resolve(ctx, "", op.Key, idem.Resolution{As: idemtype.StateSucceeded, Result: idem.Result{Status: 201, Body: []byte("by hand")}}); err != nil {
+			t.Fatal(err)
+		}
+		if steps, err := f.l.RunSteps(ctx, "", op.Key); err != nil || len(steps) != 0 {
+			t.Fatalf("after resolve: %d step records, %v; want none", len(steps), err)
+		}
+		res, err := f.l.Run(ctx, op, book(f.l, op, hooks{noLookup: true}))
+		if err != nil || !res.Replayed || string(res.Body) != "by hand" {
+			t.Fatalf("retry: %+v, %v", res, err)
+		}
+	})
+}
