@@ -11,5 +11,8 @@ func TestMain(m *testing.M) {
 	if os.Getenv(runChildEnv) != "" {
 		os.Exit(runChildMain())
 	}
+	if os.Getenv(runPauseEnv) != "" {
+		os.Exit(runPauseChildMain())
+	}
 	pgtest.Main(m)
 }

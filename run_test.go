@@ -141,9 +141,10 @@ type ride struct {
 
 // hooks lets a test fail or block a booking at a step.
 type hooks struct {
-	beforeCharge    func() error // in the charge step, before the provider call
-	afterCharge     func() error // in the charge step, after the provider call
-	receipt         func() error // in the receipt step, before its write
+	beforeCharge    func() error                                // in the charge step, before the provider call
+	afterCharge     func() error                                // in the charge step, after the provider call
+	receipt         func() error                                // in the receipt step, before its write
+	receiptTx       func(ctx context.Context, tx *sql.Tx) error // in the receipt step, after its write
 	noLookup        bool
 	lookupOverwrite func(ctx context.Context, key string) (string, idem.Verdict, error)
 }
@@ -188,6 +189,9 @@ func book(l *idem.Ledger, op idem.Op, h hooks) idem.RunFunc {
 				}
 			}
 			_, err := tx.ExecContext(ctx, rebindFor(l, `INSERT INTO receipts (key) VALUES (?)`), op.Key)
+			if err == nil && h.receiptTx != nil {
+				err = h.receiptTx(ctx, tx)
+			}
 			return true, err
 		})
 		if err != nil {
@@ -592,3 +596,87 @@ func TestCompleter(t *testing.T) {
 }
 
 type ledgerKey struct{}
+
+// TestRunParkedStepResolved: an operator resolves the parked charge step.
+// Done: the resumed run returns the operator's result without calling the
+// provider. Not done: a Completer resumes the registered run, which calls
+// the provider again with the same step key.
+func TestRunParkedStepResolved(t *testing.T) {
+	eachRunDriver(t, func(t *testing.T, f *runFixture) {
+		ctx := t.Context()
+		op := idem.Op{Key: "k-done", Fingerprint: "fp"}
+		f.l.Run(ctx, op, book(f.l, op, hooks{afterCharge: func() error { return errFlaky }}))
+		if _, err := f.l.Run(ctx, op, book(f.l, op, hooks{noLookup: true})); !errors.Is(err, idem.ErrParked) {
+			t.Fatalf("%v, want parked", err)
+		}
+		rec, err := f.l.ResolveStep(ctx, "", op.Key, idem.StepResolution{Step: "charge", As: idem.VerdictDone, Result: []byte(`"ch_manual"`)})
+		if err != nil || rec.State != idemtype.StateInProgress {
+			t.Fatalf("ResolveStep: %+v, %v", rec, err)
+		}
+		res, err := f.l.Run(ctx, op, book(f.l, op, hooks{noLookup: true}))
+		if err != nil || string(res.Body) != "ride-k-done ch_manual" {
+			t.Fatalf("resumed run: %q, %v; want the operator's charge", res.Body, err)
+		}
+		if _, _, _, calls := effects(t, f.l, op.Key); calls != 1 {
+			t.Fatalf("%d provider calls, want 1 (the resolved step is not called again)", calls)
+		}
+		wantOnce(t, f.l, op.Key)
+
+		runs := idem.NewRuns()
+		booking := idem.AddRun(runs, "book-ride", func(r *idem.Run, in ride) (idem.Result, error) {
+			return book(f.l, r.Op(), hooks{noLookup: true})(r)
+		})
+		op = idem.Op{Key: "k-notdone", Fingerprint: "fp"}
+		flaky := hooks{beforeCharge: func() error { return errFlaky }}
+		if _, err := idem.AddRun(idem.NewRuns(), "book-ride", func(r *idem.Run, in ride) (idem.Result, error) {
+			return book(f.l, r.Op(), flaky)(r)
+		}).Run(ctx, f.l, op, ride{}); !errors.Is(err, errFlaky) {
+			t.Fatal(err)
+		}
+		c := idem.NewCompleter(f.l, runs, nil)
+		if n, err := c.CompleteOnce(ctx); n != 0 || err != nil {
+			t.Fatalf("sweep before resolve: %d, %v; want the run parked", n, err)
+		}
+		if rec, _ := f.l.Get(ctx, "", op.Key); rec.State != idemtype.StateParked {
+			t.Fatalf("record %s, want parked", rec.State)
+		}
+		if _, err := f.l.ResolveStep(ctx, "", op.Key, idem.StepResolution{Step: "charge", As: idem.VerdictNotDone}); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := c.CompleteOnce(ctx); n != 1 || err != nil {
+			t.Fatalf("sweep after resolve: %d, %v; want the run finished", n, err)
+		}
+		wantOnce(t, f.l, op.Key)
+		res, err = booking.Run(ctx, f.l, op, ride{})
+		if err != nil || !res.Replayed {
+			t.Fatalf("client retry: %+v, %v", res, err)
+		}
+	})
+}
+
+// TestRunParkedResolvedSucceeded: a parked run resolved as a whole
+// (succeeded) loses its step records, as a run that finishes itself does;
+// a retry replays the operator's result.
+func TestRunParkedResolvedSucceeded(t *testing.T) {
+	eachRunDriver(t, func(t *testing.T, f *runFixture) {
+		ctx := t.Context()
+		op := idem.Op{Key: "k", Fingerprint: "fp"}
+		f.l.Run(ctx, op, book(f.l, op, hooks{afterCharge: func() error { return errFlaky }}))
+		if _, err := f.l.Run(ctx, op, book(f.l, op, hooks{noLookup: true})); !errors.Is(err, idem.ErrParked) {
+			t.Fatalf("%v, want parked", err)
+		}
+		if steps, _ := f.l.RunSteps(ctx, "", op.Key); len(steps) != 2 {
+			t.Fatalf("parked run has %d step records, want 2", len(steps))
+		}
+		if _, err := f.l.Resolve(ctx, "", op.Key, idem.Resolution{As: idemtype.StateSucceeded, Result: idem.Result{Status: 201, Body: []byte("by hand")}}); err != nil {
+			t.Fatal(err)
+		}
+		if steps, err := f.l.RunSteps(ctx, "", op.Key); err != nil || len(steps) != 0 {
+			t.Fatalf("after resolve: %d step records, %v; want none", len(steps), err)
+		}
+		res, err := f.l.Run(ctx, op, book(f.l, op, hooks{noLookup: true}))
+		if err != nil || !res.Replayed || string(res.Body) != "by hand" {
+			t.Fatalf("retry: %+v, %v", res, err)
+		}
+	})
+}

@@ -1,6 +1,7 @@
 // Package admin serves a small operator's page for one ledger: totals, a
 // recent-activity chart, parked and stale claims (with a reconcile action
-// when writes are allowed), dead-lettered jobs once a jobs lister is
+// when writes are allowed), runs stopped between steps (with a resolve
+// action on a started step), dead-lettered jobs once a jobs lister is
 // given, and a search by scope and key. The same handler serves /healthz
 // and /metrics.
 //
@@ -216,6 +217,7 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /{$}", s.index)
 	mux.HandleFunc("POST /reconcile", s.reconcile)
+	mux.HandleFunc("POST /reconcile-step", s.reconcileStep)
 	mux.HandleFunc("GET /login", s.loginForm)
 	mux.HandleFunc("POST /login", s.login)
 	sub, _ := fs.Sub(staticFS, "static")

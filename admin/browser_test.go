@@ -10,6 +10,7 @@ import (
 
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
+	"github.com/idemdev/idem"
 	"github.com/idemdev/idem/admin"
 	"github.com/idemdev/idem/idemtype"
 )
@@ -201,5 +202,57 @@ func TestBrowserLogsInWithTheToken(t *testing.T) {
 	}
 	if failed {
 		t.Error("the session cookie is readable from JavaScript")
+	}
+}
+
+// TestBrowserResolvesAParkedStep: the runs section shows a parked run's
+// steps; its started step is resolved through its form and the review.
+func TestBrowserResolvesAParkedStep(t *testing.T) {
+	ctx := browser(t)
+	f := seed(t)
+	seedRuns(t, f.l)
+	srv := serve(t, f, &admin.Options{Write: true})
+
+	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(chromedp.ID("runs"))); err != nil {
+		t.Fatal(err)
+	}
+	runs, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("runs")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"ride-parked", hostileKey, "book-ride/v1", "started", idem.StepKey("", "ride-parked", "charge")} {
+		if !strings.Contains(runs, want) {
+			t.Errorf("runs section lacks %q:\n%s", want, runs)
+		}
+	}
+	run := `//div[@class="run"][.//code[text()="ride-parked"]]//tr[contains(@class,"step-row")][.//code[text()="charge"]]`
+	err = chromedp.Do(ctx,
+		chromedp.Click(run+`//summary`),
+		chromedp.WaitVisible(run+`//select[@name="as"]`),
+		chromedp.SetValue(run+`//select[@name="as"]`, "done"),
+		chromedp.SendKeys(run+`//textarea[@name="result"]`, `"ch_browser"`),
+		chromedp.Click(run+`//button[@type="submit"]`),
+		chromedp.WaitVisible(chromedp.ID("step-confirm")), // shown before anything is done
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	screenshot(t, ctx, "admin-step-confirm")
+	if s := state(t, f, "", "ride-parked"); s != idemtype.StateParked {
+		t.Errorf("the review changed the record: %s", s)
+	}
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.ID("step-confirm-store")), chromedp.WaitVisible(chromedp.ID("resolved"))); err != nil {
+		t.Fatal(err)
+	}
+	state, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("record-state")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps, err := f.l.RunSteps(context.Background(), "", "ride-parked")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(state) != "in_progress" || len(steps) != 2 || steps[1].State != idemtype.StepDone || string(steps[1].Result) != `"ch_browser"` {
+		t.Errorf("after resolve: page state %q, steps %+v", state, steps)
 	}
 }

@@ -35,6 +35,8 @@ type page struct {
 	Error    string // an action that failed
 	Resolved bool   // the searched record was just resolved
 	Confirm  *confirm
+	// StepConfirm is a step resolution under review (runs section).
+	StepConfirm *stepConfirm
 
 	Counts   *idemtype.OpenCounts
 	CountErr string
@@ -43,6 +45,8 @@ type page struct {
 
 	Parked, Stale       []row
 	ParkedErr, StaleErr string
+	Runs                []runRow
+	RunsErr             string
 	Jobs                jobsSection
 	Queues              queuesSection
 	Search              search
@@ -172,6 +176,7 @@ type (
 var funcs = template.FuncMap{
 	"withRows": func(p page, rows []row) rowsArg { return rowsArg{p, rows} },
 	"withRow":  func(p page, r row) rowArg { return rowArg{p, r} },
+	"withStep": func(p page, st stepRow) stepArg { return stepArg{p, st} },
 	"show":     show,
 	"count": func(n int64) string {
 		if n >= countCap {
@@ -227,6 +232,7 @@ func (s *server) build(w http.ResponseWriter, r *http.Request, scope, key string
 	}
 	p.Parked, p.ParkedErr = s.list(ctx, idemtype.ListFilter{State: idemtype.StateParked, Limit: s.o.ListLimit})
 	p.Stale, p.StaleErr = s.list(ctx, idemtype.ListFilter{Stale: true, Limit: s.o.ListLimit})
+	p.Runs, p.RunsErr = s.runs(ctx)
 	if s.o.JobQueues != nil {
 		p.Queues.Configured = true
 		qs, err := s.o.JobQueues(ctx)

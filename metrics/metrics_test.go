@@ -224,6 +224,7 @@ func TestFacesAndExtensionPoints(t *testing.T) {
 	m.FaceObserver(metrics.FaceJobs)(context.Background(), idem.Event{Kind: idem.EventReconcile, Err: errors.New("lookup failed")})
 	m.Observer()(context.Background(), idem.Event{Kind: idem.EventResolve, State: idemtype.StateSucceeded})
 	m.Observer()(context.Background(), idem.Event{Kind: idem.EventResolve, State: idemtype.StateFailed, Err: idem.ErrLiveLease})
+	m.Observer()(context.Background(), idem.Event{Kind: idem.EventResolve, State: idemtype.StateInProgress, Step: "charge", Verdict: idem.VerdictNotDone}) // ResolveStep
 	m.Observer()(context.Background(), idem.Event{Kind: idem.EventPrune, Tombstoned: 4, Deleted: 2})
 	m.JobTransition("email", "running", "discarded")
 	m.JobTransition("email", "running", "discarded")
@@ -249,6 +250,7 @@ idem_errors_total{driver="postgres",face="library",op="resolve"} 1
 # HELP idem_reconciliations_total Decisions about stale or parked claims, by who decided (reconciler, operator) and verdict (done, failed, not_done, unknown, error).
 # TYPE idem_reconciliations_total counter
 idem_reconciliations_total{by="operator",driver="postgres",face="library",verdict="done"} 1
+idem_reconciliations_total{by="operator",driver="postgres",face="library",verdict="not_done"} 1
 idem_reconciliations_total{by="reconciler",driver="postgres",face="jobs",verdict="error"} 1
 # HELP idem_prune_deleted_total Rows deleted by pruning: tombstones past their window and long-released keys.
 # TYPE idem_prune_deleted_total counter

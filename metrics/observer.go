@@ -47,6 +47,10 @@ func (c *Collector) observe(face string, e idem.Event) {
 			c.errors.WithLabelValues(face, "resolve").Inc()
 			return
 		}
+		if e.Step != "" { // a step of a run (Ledger.ResolveStep)
+			c.reconciled(face, "operator", e.Verdict.String())
+			return
+		}
 		c.reconciled(face, "operator", resolveVerdict(e.State))
 	case idem.EventStep:
 		c.steps.WithLabelValues(face, string(e.StepOutcome)).Inc()

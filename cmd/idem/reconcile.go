@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,7 +15,8 @@ import (
 	"github.com/idemdev/idem/idemtype"
 )
 
-const reconcileUsage = "idem reconcile [--db URL] --as succeeded|failed|release [--status N] [--header 'Name: value']... [--result FILE] [--force] [--json] SCOPE KEY"
+const reconcileUsage = "idem reconcile [--db URL] --as succeeded|failed|release [--status N] [--header 'Name: value']... [--result FILE] [--force] [--json] SCOPE KEY\n" +
+	"       idem reconcile [--db URL] --step NAME --as done|not-done [--result FILE] [--force] [--json] SCOPE KEY"
 
 // maxResultFile bounds --result: a stored result is replayed to every
 // retry, so it should be what the operation returned, not a dump.
@@ -24,7 +26,7 @@ func init() {
 	register(command{
 		name:    "reconcile",
 		usage:   reconcileUsage,
-		summary: "resolve a parked or stale claim: record it as succeeded or failed, or release it",
+		summary: "resolve a parked or stale claim (succeeded, failed, release) or one step of a parked run",
 		run:     runReconcile,
 	})
 }
@@ -51,6 +53,21 @@ still be working. --force resolves it anyway and fences the holder out (its
 own completion fails with a lost lease); use it only when you know the
 holder is gone. Completed records are never changed.
 
+A multi-step run (docs/steps.md) parks when a started external step's
+outcome is unknown. Resolve that step instead of the whole run with --step
+NAME (idem keys show lists a run's steps and their step keys):
+
+  --step NAME --as done --result FILE   the call happened: FILE (JSON, at
+                                        most 64 KiB) is checkpointed as the
+                                        step's result; the run goes on
+                                        without calling it again
+  --step NAME --as not-done             it did not happen: the step is
+                                        called again with the same step key
+
+The run is then handed back (in progress, lease ended): the next retry of
+the same request, or a completer for a registered run, resumes it from its
+checkpoints.
+
   idem keys list --state parked
   idem reconcile acct-1 order-42 --as succeeded --status 201 --header 'Content-Type: application/json' --result charge.json
   idem reconcile "" nightly-2030-01-02 --as release`)
@@ -60,6 +77,7 @@ holder is gone. Completed records are never changed.
 	status := fs.Int("status", 0, "store status `N` with the result (required for HTTP records: give the upstream's status)")
 	var headers stringList
 	fs.Var(&headers, "header", "store response header `'Name: value'` with an HTTP record's result (repeatable; Content-Type is needed with a body)")
+	step := fs.String("step", "", "resolve the started step called `NAME` of a parked or stale multi-step run (--as done|not-done)")
 	force := fs.Bool("force", false, "resolve even under a live lease, fencing its holder out")
 	asJSON := fs.Bool("json", false, "print the resolved record as JSON")
 	logf := addLogFlags(fs, "info")
@@ -69,6 +87,10 @@ holder is gone. Completed records are never changed.
 	}
 	if len(pos) != 2 {
 		return usageError(fs, stderr, "want SCOPE and KEY (an empty scope is \"\"), got %d arguments", len(pos))
+	}
+	if *step != "" {
+		return reconcileStep(ctx, fs, stepDecision{db: *db, step: *step, as: *as, resultFile: *resultFile, force: *force, asJSON: *asJSON,
+			status: *status, headers: len(headers), logf: logf, scope: pos[0], key: pos[1]}, stdin, stdout, stderr)
 	}
 	var st idemtype.State
 	switch *as {
@@ -187,4 +209,99 @@ func readResult(name string, stdin io.Reader) ([]byte, error) {
 		return nil, fmt.Errorf("--result %s: larger than %d MiB", name, maxResultFile>>20)
 	}
 	return b, nil
+}
+
+// stepDecision is what reconcile --step was asked.
+type stepDecision struct {
+	db, step, as, resultFile string
+	force, asJSON            bool
+	status, headers          int
+	logf                     *logFlags
+	scope, key               string
+}
+
+// reconcileStep resolves one started step of a parked or stale run
+// (Ledger.ResolveStep) and hands the run back to its next retry or
+// completer.
+func reconcileStep(ctx context.Context, fs *flag.FlagSet, d stepDecision, stdin io.Reader, stdout, stderr io.Writer) int {
+	var v idem.Verdict
+	switch d.as {
+	case "done":
+		v = idem.VerdictDone
+	case "not-done", "not_done":
+		v = idem.VerdictNotDone
+	case "":
+		return usageError(fs, stderr, "--as is required with --step: done or not-done")
+	default:
+		return usageError(fs, stderr, "--as %q with --step: want done or not-done", d.as)
+	}
+	if d.status != 0 || d.headers > 0 {
+		return usageError(fs, stderr, "--step stores a step's JSON result only; drop --status and --header")
+	}
+	if v == idem.VerdictDone && d.resultFile == "" {
+		return usageError(fs, stderr, "--step %s --as done needs --result FILE: the step's result as JSON", d.step)
+	}
+	if v == idem.VerdictNotDone && d.resultFile != "" {
+		return usageError(fs, stderr, "--as not-done stores no result; drop --result")
+	}
+	log, err := d.logf.logger(stderr)
+	if err != nil {
+		return usageError(fs, stderr, "%v", err)
+	}
+	var result []byte
+	if d.resultFile != "" {
+		if result, err = readResult(d.resultFile, stdin); err != nil {
+			return usageError(fs, stderr, "%v", err)
+		}
+	}
+	l, err := openLedger(ctx, d.db, &idem.Options{Logger: log, HashKeysInLogs: d.logf.hashKeys})
+	if err != nil {
+		return openFailed(stderr, "reconcile", err)
+	}
+	defer l.Close()
+	scope, key := d.scope, d.key
+	rec, err := l.ResolveStep(ctx, scope, key, idem.StepResolution{Step: d.step, As: v, Result: result, Force: d.force})
+	switch {
+	case errors.Is(err, idem.ErrNotFound):
+		fmt.Fprintf(stderr, "idem reconcile: no record for scope %s key %s\n", printable(scope), printable(key))
+		return 1
+	case errors.Is(err, idem.ErrStepNotFound):
+		fmt.Fprintf(stderr, "idem reconcile: refused: scope %s key %s has no step %s (idem keys show lists a run's steps)\n",
+			printable(scope), printable(key), printable(d.step))
+		return 1
+	case errors.Is(err, idem.ErrLiveLease):
+		fmt.Fprintf(stderr, "idem reconcile: refused: scope %s key %s is in progress under a live lease until %s (%s, attempt %d); its holder may still be working. Wait for the lease to end, or pass --force if you know the holder is gone.\n",
+			printable(scope), printable(key), timeText(rec.LeaseUntil), ago(rec.LeaseUntil, rec.Now), rec.Attempt)
+		return 1
+	case err != nil:
+		fmt.Fprintln(stderr, "idem reconcile: refused:", err)
+		return 1
+	}
+	logKey := key
+	if d.logf.hashKeys {
+		logKey = idem.KeyHash(key)
+	}
+	log.InfoContext(ctx, "operator resolved a step", "scope", scope, "key", logKey, "fingerprint", rec.Fingerprint,
+		"attempt", rec.Attempt, "step", d.step, "as", v.String(), "result_bytes", len(result), "force", d.force)
+	steps, err := l.RunSteps(ctx, scope, key)
+	if err != nil {
+		fmt.Fprintln(stderr, "idem reconcile:", err)
+		return 1
+	}
+	if d.asJSON {
+		out := toJSON(rec, true, 512)
+		out.Run, out.Steps = stepsJSON(rec, steps)
+		err = writeJSON(stdout, out)
+	} else {
+		fmt.Fprintf(stdout, "resolved step %s of scope %s key %s as %s; the next retry or completer resumes the run\n\n",
+			printable(d.step), printable(scope), printable(key), strings.ReplaceAll(v.String(), "_", "-"))
+		if err = printRecord(stdout, rec, 512); err == nil {
+			err = printSteps(stdout, rec, steps)
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "idem reconcile:", err)
+		return 1
+	}
+	return 0
 }

@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 
 	"github.com/idemdev/idem/driver"
@@ -85,6 +87,63 @@ func (d *Driver) StaleRuns(ctx context.Context, limit int) ([]idemtype.RunRef, e
 	})
 	if err != nil {
 		return nil, fmt.Errorf("postgres: stale runs: %w", err)
+	}
+	return out, nil
+}
+
+// StepResolve resolves a started step and hands its run back to the next
+// claim, in one transaction. The record's row is locked first, so a
+// holder's checkpoint in flight (forced) commits before the step is read
+// again by the second statement, which then finds it done and refuses.
+func (d *Driver) StepResolve(ctx context.Context, p driver.StepResolveParams) (idemtype.Record, error) {
+	tx, err := d.pool.Begin(ctx)
+	if err != nil {
+		return idemtype.Record{}, fmt.Errorf("postgres: step resolve: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	ex := pgxExecutor{tx}
+	rec, err := scanRecord(ex.QueryRow(ctx, clockCTE+`UPDATE idem_keys k SET state = 'in_progress', lease_until = c.now, updated_at = c.now
+	FROM c WHERE k.scope = $2 AND k.key = $3
+	AND (k.state = 'parked' OR (k.state = 'in_progress' AND (k.lease_until <= c.now OR $4::boolean)))
+	AND EXISTS (SELECT 1 FROM idem_steps s WHERE s.scope = $2 AND s.key = $3 AND s.idx >= 0 AND s.name = $5 AND s.state = 'started')
+	RETURNING `+cols("k.")+`, c.now`, d.clock(), p.Scope, p.Key, p.Force, p.Name))
+	if errors.Is(err, sql.ErrNoRows) {
+		return rec, driver.ErrFenced
+	}
+	if err != nil {
+		return rec, fmt.Errorf("postgres: step resolve: %w", err)
+	}
+	q := `DELETE FROM idem_steps WHERE scope = $1 AND key = $2 AND idx >= 0 AND name = $3 AND state = 'started'`
+	args := []any{p.Scope, p.Key, p.Name}
+	if p.Done {
+		q = `UPDATE idem_steps SET state = 'done', result = $4, updated_at = $5
+	WHERE scope = $1 AND key = $2 AND idx >= 0 AND name = $3 AND state = 'started'`
+		args = append(args, p.Result, rec.Now)
+	}
+	n, err := ex.Exec(ctx, q, args...)
+	if err != nil {
+		return rec, fmt.Errorf("postgres: step resolve: %w", err)
+	}
+	if n != 1 {
+		return rec, driver.ErrFenced
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return rec, fmt.Errorf("postgres: step resolve: %w", unknownOutcome(err))
+	}
+	return rec, nil
+}
+
+// StepRuns lists unfinished runs' records, newest first.
+func (d *Driver) StepRuns(ctx context.Context, limit int) ([]idemtype.Record, error) {
+	rows, err := d.ex.Query(ctx, clockCTE+`SELECT `+cols("k.")+`, c.now FROM idem_keys k, c
+	WHERE (k.scope, k.key) IN (SELECT DISTINCT scope, key FROM idem_steps) AND k.state IN ('in_progress', 'parked')
+	ORDER BY k.updated_at DESC LIMIT $2`, d.clock(), limit)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: step runs: %w", err)
+	}
+	out, err := driver.ScanAll(rows, func(r driver.Row) (idemtype.Record, error) { return scanRecord(r) })
+	if err != nil {
+		return nil, fmt.Errorf("postgres: step runs: %w", err)
 	}
 	return out, nil
 }

@@ -2,6 +2,8 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 
 	"github.com/idemdev/idem/driver"
@@ -81,6 +83,61 @@ func (d *Driver) StaleRuns(ctx context.Context, limit int) ([]idemtype.RunRef, e
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: stale runs: %w", err)
+	}
+	return out, nil
+}
+
+// StepResolve resolves a started step and hands its run back to the next
+// claim, in one transaction on the writer.
+func (d *Driver) StepResolve(ctx context.Context, p driver.StepResolveParams) (idemtype.Record, error) {
+	now := d.nowMS()
+	tx, err := d.w.begin(ctx)
+	if err != nil {
+		return idemtype.Record{}, fmt.Errorf("sqlite: step resolve: %w", err)
+	}
+	defer tx.Rollback()
+	rec, err := scanRecord(tx.QueryRow(ctx, `UPDATE idem_keys SET state = 'in_progress', lease_until = ?1, updated_at = ?1
+	WHERE scope = ?2 AND key = ?3 AND (state = 'parked' OR (state = 'in_progress' AND (lease_until <= ?1 OR ?4)))
+	AND EXISTS (SELECT 1 FROM idem_steps WHERE scope = ?2 AND key = ?3 AND idx >= 0 AND name = ?5 AND state = 'started')
+	RETURNING `+cols, now, p.Scope, p.Key, p.Force, p.Name), now)
+	if errors.Is(err, sql.ErrNoRows) {
+		return rec, driver.ErrFenced
+	}
+	if err != nil {
+		return rec, fmt.Errorf("sqlite: step resolve: %w", err)
+	}
+	q := `DELETE FROM idem_steps WHERE scope = ?1 AND key = ?2 AND idx >= 0 AND name = ?3 AND state = 'started'`
+	args := []any{p.Scope, p.Key, p.Name}
+	if p.Done {
+		q = `UPDATE idem_steps SET state = 'done', result = ?4, updated_at = ?5
+	WHERE scope = ?1 AND key = ?2 AND idx >= 0 AND name = ?3 AND state = 'started'`
+		args = append(args, p.Result, now)
+	}
+	n, err := tx.Exec(ctx, q, args...)
+	if err != nil {
+		return rec, fmt.Errorf("sqlite: step resolve: %w", err)
+	}
+	if n != 1 {
+		return rec, driver.ErrFenced
+	}
+	if err := tx.Commit(); err != nil {
+		return rec, fmt.Errorf("sqlite: step resolve: %w", err)
+	}
+	return rec, nil
+}
+
+// StepRuns lists unfinished runs' records, newest first.
+func (d *Driver) StepRuns(ctx context.Context, limit int) ([]idemtype.Record, error) {
+	now := d.nowMS()
+	rows, err := d.r.Query(ctx, `SELECT `+cols+` FROM idem_keys
+	WHERE (scope, key) IN (SELECT DISTINCT scope, key FROM idem_steps) AND state IN ('in_progress', 'parked')
+	ORDER BY updated_at DESC LIMIT ?`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: step runs: %w", err)
+	}
+	out, err := driver.ScanAll(rows, func(r driver.Row) (idemtype.Record, error) { return scanRecord(r, now) })
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: step runs: %w", err)
 	}
 	return out, nil
 }

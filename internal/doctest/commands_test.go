@@ -55,7 +55,7 @@ var commandRules = []commandRule{
 		skip: "a long run (minutes of load or fault injection); the flags are tested in cmd/idem"},
 	{name: "check only", match: regexp.MustCompile(`^idem serve\b.*\s--check(\s|$)`)}, // validates and exits: an ordinary command
 	{name: "server", match: regexp.MustCompile(`^idem serve\b`), server: true},
-	{name: "names a record", match: regexp.MustCompile(`^idem (keys show|jobs (show|retry|discard|cancel)|outbox (show|retry|discard))\b`),
+	{name: "names a record", match: regexp.MustCompile(`^idem (keys show|reconcile|jobs (show|retry|discard|cancel)|outbox (show|retry|discard))\b`),
 		absent: regexp.MustCompile(`: no (record|job|message)\b`)},
 }
 
