@@ -259,19 +259,20 @@ func (d *Driver) Prune(ctx context.Context, limit int) (idemtype.PruneCounts, er
 // pruneSQL is one prune batch. Each part finds its rows through a partial
 // index (idem_keys_expires, idem_keys_tombstone, idem_keys_released), locks
 // them, and changes them by ctid (a TID scan, not a second search of the
-// primary key; a locked row keeps its ctid). The parts touch disjoint rows
-// (the snapshot is shared: the tombstones made here are not yet seen as
-// tombstones). A record past both windows is deleted without first being
-// rewritten as a tombstone nobody could see: past tombstone_until a claim
-// takes the key over anyway.
+// primary key; a locked row keeps its ctid). The first two parts share one
+// window w: the first limit records past retention. Of these, a record
+// past its tombstone window too is deleted without first being rewritten
+// as a tombstone nobody could see (past tombstone_until a claim takes the
+// key over anyway); the rest become tombstones. The parts touch disjoint
+// rows (they share one snapshot: the tombstones made here are not yet seen
+// as tombstones).
 const pruneSQL = clockCTE + `,
-gone AS (DELETE FROM idem_keys WHERE ctid = ANY(ARRAY(SELECT k.ctid FROM idem_keys k, c
-	WHERE k.state IN ('succeeded', 'failed') AND k.expires_at <= c.now AND k.tombstone_until <= c.now
-	LIMIT $2 FOR UPDATE OF k SKIP LOCKED)) RETURNING 1),
+w AS (SELECT k.ctid AS id, k.tombstone_until <= c.now AS past FROM idem_keys k, c
+	WHERE k.state IN ('succeeded', 'failed') AND k.expires_at <= c.now
+	LIMIT $2 FOR UPDATE OF k SKIP LOCKED),
+gone AS (DELETE FROM idem_keys WHERE ctid = ANY(ARRAY(SELECT id FROM w WHERE past)) RETURNING 1),
 tomb AS (UPDATE idem_keys SET state = 'tombstone', status = 0, meta = NULL, body = NULL, updated_at = c.now
-	FROM c WHERE ctid = ANY(ARRAY(SELECT k.ctid FROM idem_keys k, c
-	WHERE k.state IN ('succeeded', 'failed') AND k.expires_at <= c.now AND k.tombstone_until > c.now
-	LIMIT $2 FOR UPDATE OF k SKIP LOCKED)) RETURNING 1),
+	FROM c WHERE ctid = ANY(ARRAY(SELECT id FROM w WHERE NOT past)) RETURNING 1),
 dead AS (DELETE FROM idem_keys WHERE ctid = ANY(ARRAY(SELECT k.ctid FROM idem_keys k, c
 	WHERE k.state = 'tombstone' AND k.tombstone_until <= c.now
 	LIMIT $2 FOR UPDATE OF k SKIP LOCKED)) RETURNING 1),

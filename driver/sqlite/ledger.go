@@ -252,18 +252,23 @@ func (d *Driver) Prune(ctx context.Context, limit int) (idemtype.PruneCounts, er
 	}
 	defer tx.Rollback()
 	// Each statement is served by a partial index (idem_keys_expires,
-	// idem_keys_tombstone, idem_keys_released) instead of a table scan. A
-	// record past both windows is deleted without first being rewritten as
-	// a tombstone nobody could see: past tombstone_until a claim takes the
-	// key over anyway.
+	// idem_keys_tombstone, idem_keys_released) instead of a table scan.
+	// The first two share one window: the first limit records past
+	// retention in the index's order. Of these, a record past its
+	// tombstone window too is deleted without first being rewritten as a
+	// tombstone nobody could see (past tombstone_until a claim takes the
+	// key over anyway); the rest become tombstones. A window, not a search
+	// of all records past retention for those past both windows, which
+	// would read them all when there are none.
+	const window = `SELECT rowid FROM (SELECT rowid, tombstone_until AS until FROM idem_keys
+		WHERE state IN ('succeeded', 'failed') AND expires_at <= ?1 LIMIT ?2) WHERE until `
 	for _, q := range []struct {
 		sql        string
 		tomb, dele bool
 	}{
-		{`DELETE FROM idem_keys WHERE rowid IN (SELECT rowid FROM idem_keys
-		WHERE state IN ('succeeded', 'failed') AND expires_at <= ?1 AND tombstone_until <= ?1 LIMIT ?2)`, true, true},
+		{`DELETE FROM idem_keys WHERE rowid IN (` + window + `<= ?1)`, true, true},
 		{`UPDATE idem_keys SET state = 'tombstone', status = 0, meta = NULL, body = NULL, updated_at = ?1
-		WHERE rowid IN (SELECT rowid FROM idem_keys WHERE state IN ('succeeded', 'failed') AND expires_at <= ?1 AND tombstone_until > ?1 LIMIT ?2)`, true, false},
+		WHERE rowid IN (` + window + `> ?1)`, true, false},
 		{`DELETE FROM idem_keys WHERE rowid IN (SELECT rowid FROM idem_keys WHERE state = 'tombstone' AND tombstone_until <= ?1 LIMIT ?2)`, false, true},
 		{`DELETE FROM idem_keys WHERE rowid IN (SELECT rowid FROM idem_keys WHERE state = 'released' AND updated_at + retention_ms <= ?1 LIMIT ?2)`, false, true},
 	} {
