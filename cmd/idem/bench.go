@@ -45,6 +45,9 @@ latency and the ratio idem/baseline:
                filled with --keys records vs an empty one; bytes per key;
                prune throughput, and claim+complete while a prune runs vs
                without; needs --db sqlite or --db postgres
+  cycles       (only when asked for) fills a ledger with --keys records and
+               prunes all of them, three times: the ledger's size after each
+               fill and prune, each prune's rate vs the first's
   memory       (only when asked for) 100 keyed POSTs at once whose answers
                are 1 MiB each, through the gateway vs a bare ReverseProxy:
                each side's peak RSS next to the 100 MiB in flight
