@@ -90,6 +90,10 @@ type Options struct {
 	// Keys is how many completed records the scale rows fill the ledger
 	// with before they measure. Default DefaultKeys.
 	Keys int
+	// CyclePause is how long the cycles rows wait after each prune before
+	// the next fill: time for autovacuum to mark the freed space reusable.
+	// Default 0: the next fill starts at once.
+	CyclePause time.Duration
 	// Progress, when set, receives one line per measurement as it starts.
 	Progress io.Writer
 }
