@@ -66,7 +66,7 @@ func (r *runner) cycleRows(ctx context.Context) ([]Result, error) {
 		}
 		res.Note = fmt.Sprintf("filled in %.1fs; pruned %d records in %.1fs (%s a batch of %d); idem_keys %s after the fill, %s after the prune; database %s",
 			fill.took.Seconds(), p.deleted, p.took.Seconds(), p.perBatch(), pruneBatch, mib(fill.size.Ledger), mib(after.Ledger), mib(after.File))
-		if r.o.CyclePause > 0 {
+		if r.o.CyclePause > 0 && i < pruneCycles {
 			res.Note += fmt.Sprintf("; then a pause of %s", r.o.CyclePause)
 			r.progress("cycles: %d of %d: pausing %s", i, pruneCycles, r.o.CyclePause)
 			select {
