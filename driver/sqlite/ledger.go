@@ -257,24 +257,34 @@ func (d *Driver) Prune(ctx context.Context, limit int) (idemtype.PruneCounts, er
 	// retention in the index's order. Of these, a record past its
 	// tombstone window too is deleted without first being rewritten as a
 	// tombstone nobody could see (past tombstone_until a claim takes the
-	// key over anyway); the rest become tombstones. A window, not a search
-	// of all records past retention for those past both windows, which
-	// would read them all when there are none.
+	// key over anyway); the rest become tombstones: once the deletes are
+	// done, the window's rest is the first limit−deleted records past
+	// retention. A window, not a search of all records past retention for
+	// those past both windows, which would read them all when there are
+	// none.
 	const window = `SELECT rowid FROM (SELECT rowid, tombstone_until AS until FROM idem_keys
 		WHERE state IN ('succeeded', 'failed') AND expires_at <= ?1 LIMIT ?2) WHERE until `
+	var gone int
 	for _, q := range []struct {
-		sql        string
-		tomb, dele bool
+		sql              string
+		tomb, dele, rest bool
 	}{
-		{`DELETE FROM idem_keys WHERE rowid IN (` + window + `<= ?1)`, true, true},
+		{`DELETE FROM idem_keys WHERE rowid IN (` + window + `<= ?1)`, true, true, false},
 		{`UPDATE idem_keys SET state = 'tombstone', status = 0, meta = NULL, body = NULL, updated_at = ?1
-		WHERE rowid IN (` + window + `> ?1)`, true, false},
-		{`DELETE FROM idem_keys WHERE rowid IN (SELECT rowid FROM idem_keys WHERE state = 'tombstone' AND tombstone_until <= ?1 LIMIT ?2)`, false, true},
-		{`DELETE FROM idem_keys WHERE rowid IN (SELECT rowid FROM idem_keys WHERE state = 'released' AND updated_at + retention_ms <= ?1 LIMIT ?2)`, false, true},
+		WHERE rowid IN (` + window + `> ?1)`, true, false, true},
+		{`DELETE FROM idem_keys WHERE rowid IN (SELECT rowid FROM idem_keys WHERE state = 'tombstone' AND tombstone_until <= ?1 LIMIT ?2)`, false, true, false},
+		{`DELETE FROM idem_keys WHERE rowid IN (SELECT rowid FROM idem_keys WHERE state = 'released' AND updated_at + retention_ms <= ?1 LIMIT ?2)`, false, true, false},
 	} {
-		n, err := tx.Exec(ctx, q.sql, now, limit)
+		lim := limit
+		if q.rest {
+			lim -= gone
+		}
+		n, err := tx.Exec(ctx, q.sql, now, lim)
 		if err != nil {
 			return out, fmt.Errorf("sqlite: prune: %w", err)
+		}
+		if q.tomb && q.dele {
+			gone = int(n)
 		}
 		if q.tomb {
 			out.Tombstoned += int(n)
