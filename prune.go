@@ -18,7 +18,9 @@ const (
 
 // PruneOptions bounds a Prune. Nil means defaults.
 type PruneOptions struct {
-	// BatchSize is how many rows one batch may change. Default 1000.
+	// BatchSize is how many rows of each kind one batch may change: records
+	// past retention (deleted, or made tombstones), tombstones past their
+	// window, released keys past theirs. Default 1000.
 	BatchSize int
 	// MaxBatches stops after this many batches; 0 means until done.
 	MaxBatches int
@@ -40,7 +42,8 @@ type PruneStats struct {
 
 // Prune runs the retention sweep in bounded batches: completed records past
 // retention lose their stored result and become tombstones; tombstones past
-// their window are deleted. It never touches an in-progress or parked
+// their window are deleted; a completed record already past both windows
+// is deleted at once (counted as tombstoned and deleted). It never touches an in-progress or parked
 // record, and never a record still authoritative. Safe to run from many
 // processes at once.
 func (l *Ledger) Prune(ctx context.Context, opts *PruneOptions) (PruneStats, error) {

@@ -11,7 +11,7 @@ import (
 // PruneCount reports, without writing, what Prune run until done would
 // change if it ran now: records it would tombstone and rows it would
 // delete (a completed record already past its tombstone window counts in
-// both, as Prune tombstones and then deletes it). Batches is 0. Time moves
+// both, as Prune counts the record it deletes at once). Batches is 0. Time moves
 // on between a count and a real prune, so the real totals may be larger.
 func (l *Ledger) PruneCount(ctx context.Context) (idemtype.PruneCounts, error) {
 	cn, ok := l.drv.(driver.Counter)

@@ -47,6 +47,7 @@ const (
 	GroupSQLite      = "sqlite"      // the pure-Go SQLite library vs the cgo one
 	GroupScale       = "scale"       // a ledger holding Keys records vs an empty one; pruning under load
 	GroupMemory      = "memory"      // peak RSS with 100 guarded 1 MiB responses in flight
+	GroupCycles      = "cycles"      // the ledger's size over repeated fills of Keys records and prunes of all of them
 )
 
 // The bounds of Options.Keys.
@@ -56,10 +57,10 @@ const (
 )
 
 // Groups lists every row group.
-var Groups = []string{GroupLedger, GroupGroupCommit, GroupJobs, GroupGateway, GroupSQLite, GroupScale, GroupMemory}
+var Groups = []string{GroupLedger, GroupGroupCommit, GroupJobs, GroupGateway, GroupSQLite, GroupScale, GroupMemory, GroupCycles}
 
 // DefaultGroups are the groups a run without Options.Groups measures:
-// all but scale, which fills a database with millions of rows, and
+// all but scale and cycles, which fill a database with millions of rows, and
 // memory, which writes 100 MiB of responses a slice; they run only when
 // asked for.
 var DefaultGroups = []string{GroupLedger, GroupGroupCommit, GroupJobs, GroupGateway, GroupSQLite}
@@ -89,6 +90,10 @@ type Options struct {
 	// Keys is how many completed records the scale rows fill the ledger
 	// with before they measure. Default DefaultKeys.
 	Keys int
+	// CyclePause is how long the cycles rows wait after each prune before
+	// the next fill: time for autovacuum to mark the freed space reusable.
+	// Default 0: the next fill starts at once.
+	CyclePause time.Duration
 	// Progress, when set, receives one line per measurement as it starts.
 	Progress io.Writer
 }
@@ -233,6 +238,8 @@ func (r *runner) group(ctx context.Context, g string) ([]Result, error) {
 		return r.scaleRows(ctx)
 	case GroupMemory:
 		return r.memoryRows(ctx)
+	case GroupCycles:
+		return r.cycleRows(ctx)
 	default:
 		return r.gatewayRows(ctx)
 	}

@@ -46,6 +46,11 @@ const pruneShift = idem.DefaultRetention + idem.DefaultTombstoneTTL + time.Hour
 // pruneBatch is the prune's batch size: PruneOptions' default.
 const pruneBatch = 1000
 
+// pruneAloneMax bounds the records each prune alone removes (before and
+// after the rows under load), so that a run at 10M keys measures the
+// prune's rate without spending an hour removing all of it.
+const pruneAloneMax = 1_000_000
+
 // scaleRows measures the ledger holding Keys records against an empty one
 // (claim+complete of new keys, replays of old keys), then, on the same
 // full ledger seen by a clock moved past every record's window, a prune of
@@ -136,16 +141,16 @@ func (r *runner) pruneRows(ctx context.Context, url string, n int) ([]Result, er
 	if err != nil {
 		return nil, err
 	}
-	r.progress("scale prune, alone: half of %d expired records", n)
+	r.progress("scale prune, alone: half of %d expired records (at most %d)", n, pruneAloneMax)
 	var alone pruneStat
-	if err := alone.run(ctx, l, max(1, n/2/pruneBatch)); err != nil {
+	if err := alone.run(ctx, l, max(1, min(n/2, pruneAloneMax)/pruneBatch)); err != nil {
 		return nil, err
 	}
 	var out []Result
 	var loaded pruneStat
 	// Each concurrency gets an equal share of the rest, so that the prune
 	// does not run out during the first.
-	budget := max(1, (n-n/2)/pruneBatch/len(r.o.Concurrency))
+	budget := max(1, (n-min(n/2, pruneAloneMax))/pruneBatch/len(r.o.Concurrency))
 	for _, c := range r.o.Concurrency {
 		var (
 			stop   atomic.Bool
@@ -193,8 +198,8 @@ func (r *runner) pruneRows(ctx context.Context, url string, n int) ([]Result, er
 		out = append(out, res0)
 		loaded.add(during)
 	}
-	r.progress("scale prune, alone: the rest")
-	if err := alone.run(ctx, l, 0); err != nil {
+	r.progress("scale prune, alone: the rest (at most %d records)", pruneAloneMax)
+	if err := alone.run(ctx, l, pruneAloneMax/pruneBatch); err != nil {
 		return out, err
 	}
 	after, err := sizer.LedgerSize(ctx)

@@ -15,7 +15,7 @@ import (
 	"github.com/idemdev/idem/bench"
 )
 
-const benchUsage = "idem bench [--db URL] [--duration D] [--concurrency 1,8,32] [--rows LIST] [--keys N] [--json] [--out FILE] [--cpuprofile FILE]"
+const benchUsage = "idem bench [--db URL] [--duration D] [--concurrency 1,8,32] [--rows LIST] [--keys N] [--cycle-pause D] [--json] [--out FILE] [--cpuprofile FILE]"
 
 func init() {
 	register(command{
@@ -45,6 +45,9 @@ latency and the ratio idem/baseline:
                filled with --keys records vs an empty one; bytes per key;
                prune throughput, and claim+complete while a prune runs vs
                without; needs --db sqlite or --db postgres
+  cycles       (only when asked for) fills a ledger with --keys records and
+               prunes all of them, three times: the ledger's size after each
+               fill and prune, each prune's rate vs the first's
   memory       (only when asked for) 100 keyed POSTs at once whose answers
                are 1 MiB each, through the gateway vs a bare ReverseProxy:
                each side's peak RSS next to the 100 MiB in flight
@@ -64,6 +67,7 @@ See docs/performance.md.`)
 	conc := fs.String("concurrency", "1,8,32", "comma-separated numbers of concurrent callers")
 	rows := fs.String("rows", strings.Join(bench.DefaultGroups, ","), "comma-separated row groups to run (known: "+strings.Join(bench.Groups, ", ")+")")
 	keys := fs.Int("keys", bench.DefaultKeys, "how many completed records the scale rows fill the ledger with")
+	pause := fs.Duration("cycle-pause", 0, "how long the cycles rows wait after each prune before the next fill")
 	asJSON := fs.Bool("json", false, "print one JSON object per row on stdout instead of the table")
 	outFile := fs.String("out", "", "also write one JSON object per row to `FILE`")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to `FILE` (go tool pprof)")
@@ -93,7 +97,7 @@ See docs/performance.md.`)
 	if *keys < bench.MinKeys || *keys > bench.MaxKeys {
 		return usageError(fs, stderr, "--keys %d: want %d…%d", *keys, bench.MinKeys, bench.MaxKeys)
 	}
-	opts := &bench.Options{DB: spec, Duration: *dur, Concurrency: cs, Groups: groups, Keys: *keys, Progress: stderr}
+	opts := &bench.Options{DB: spec, Duration: *dur, Concurrency: cs, Groups: groups, Keys: *keys, CyclePause: *pause, Progress: stderr}
 	if *dur < 100*time.Millisecond || *dur > time.Hour {
 		return usageError(fs, stderr, "--duration %v: want 100ms…1h", *dur)
 	}

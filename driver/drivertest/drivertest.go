@@ -135,6 +135,7 @@ var cases = []testCase{
 	{"PruneBatches", testPruneBatches},
 	{"PruneSpares", testPruneSpares},
 	{"PruneReleased", testPruneReleased},
+	{"PruneMixed", testPruneMixed},
 	{"StalePolicy", testStalePolicy},
 	{"Release", testRelease},
 	{"Fail", testFail},

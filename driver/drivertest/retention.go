@@ -240,3 +240,46 @@ func testPruneReleased(t *testing.T, s *suite) {
 		t.Fatalf("holder of the deleted incarnation Complete: %v, want ErrLeaseLost", err)
 	}
 }
+
+// testPruneMixed: one batch over records past both windows (deleted at
+// once) and records past retention only (made tombstones, which still
+// answer expired): each gets its own outcome, none the other's.
+func testPruneMixed(t *testing.T, s *suite) {
+	const (
+		retention = time.Minute
+		ttl       = time.Hour
+	)
+	f := s.setup(t)
+	clk := newClock()
+	l := f.open(&idem.Options{Clock: clk.Now, Retention: retention, TombstoneTTL: ttl})
+	complete := func(key string) {
+		c := mustClaim(t, f.ctx, l, idem.Op{Key: key, Fingerprint: "fp"}, idem.Acquired)
+		if err := l.Complete(f.ctx, c, idem.Result{Body: []byte("done")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old, recent := []string{"old-1", "old-2", "old-3"}, []string{"recent-1", "recent-2"}
+	for _, k := range old {
+		complete(k)
+	}
+	clk.Advance(ttl)
+	for _, k := range recent {
+		complete(k)
+	}
+	clk.Advance(2 * retention) // old-*: past both windows; recent-*: past retention only
+	st, err := l.Prune(f.ctx, &idem.PruneOptions{BatchSize: 10, MaxBatches: 1})
+	if err != nil || st.Tombstoned != 5 || st.Deleted != 3 || st.Batches != 1 {
+		t.Fatalf("prune: %+v, %v; want 5 tombstoned (3 of them deleted at once) in 1 batch", st, err)
+	}
+	for _, k := range old {
+		if _, err := l.Get(f.ctx, "", k); !errors.Is(err, idem.ErrNotFound) {
+			t.Errorf("get %s past both windows after prune: %v, want ErrNotFound", k, err)
+		}
+	}
+	for _, k := range recent {
+		expectExpired(t, f, l, idem.Op{Key: k, Fingerprint: "fp"}, idemtype.StateTombstone)
+	}
+	if c := mustClaim(t, f.ctx, l, idem.Op{Key: "old-1", Fingerprint: "fp"}, idem.Acquired); c.Token != 1 {
+		t.Fatalf("claim of a deleted key: token %d, want 1", c.Token)
+	}
+}

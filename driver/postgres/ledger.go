@@ -240,33 +240,46 @@ func (d *Driver) Resolve(ctx context.Context, p driver.ResolveParams) (idemtype.
 	return rec, nil
 }
 
-// Prune drops the results of records past retention and deletes tombstones
-// past their window, at most limit rows of each. Rows locked by a live
-// writer are skipped, not waited for.
+// Prune deletes completed records past both their retention and their
+// tombstone window at once (counted as tombstoned and deleted), drops the
+// results of records past retention only (they become tombstones), and
+// deletes tombstones and released keys past their window: at most limit
+// rows of each kind, in one statement (one round trip, one commit). Rows
+// locked by a live writer are skipped, not waited for.
 func (d *Driver) Prune(ctx context.Context, limit int) (idemtype.PruneCounts, error) {
 	var out idemtype.PruneCounts
-	n, err := d.ex.Exec(ctx, clockCTE+`UPDATE idem_keys k SET state = 'tombstone', status = 0, meta = NULL, body = NULL, updated_at = c.now
-	FROM c WHERE (k.scope, k.key) IN (SELECT scope, key FROM idem_keys, c
-		WHERE state IN ('succeeded', 'failed') AND expires_at <= c.now LIMIT $2 FOR UPDATE OF idem_keys SKIP LOCKED)`, d.clock(), limit)
-	if err != nil {
+	var gone, tomb, dead int
+	if err := d.ex.QueryRow(ctx, pruneSQL, d.clock(), limit).Scan(&gone, &tomb, &dead); err != nil {
 		return out, fmt.Errorf("postgres: prune: %w", err)
 	}
-	out.Tombstoned = int(n)
-	// Two deletes, not one with OR: each is served by its partial index
-	// (idem_keys_tombstone, idem_keys_released) instead of a table scan.
-	for _, cond := range []string{
-		`state = 'tombstone' AND tombstone_until <= c.now`,
-		`state = 'released' AND updated_at + retention_ms` + msInterval + ` <= c.now`,
-	} {
-		n, err = d.ex.Exec(ctx, clockCTE+`DELETE FROM idem_keys k USING c WHERE (k.scope, k.key) IN (SELECT scope, key FROM idem_keys, c
-		WHERE `+cond+` LIMIT $2 FOR UPDATE OF idem_keys SKIP LOCKED)`, d.clock(), limit)
-		if err != nil {
-			return out, fmt.Errorf("postgres: prune: %w", err)
-		}
-		out.Deleted += int(n)
-	}
+	out.Tombstoned, out.Deleted = gone+tomb, gone+dead
 	return out, nil
 }
+
+// pruneSQL is one prune batch. Each part finds its rows through a partial
+// index (idem_keys_expires, idem_keys_tombstone, idem_keys_released), locks
+// them, and changes them by ctid (a TID scan, not a second search of the
+// primary key; a locked row keeps its ctid). The first two parts share one
+// window w: the first limit records past retention. Of these, a record
+// past its tombstone window too is deleted without first being rewritten
+// as a tombstone nobody could see (past tombstone_until a claim takes the
+// key over anyway); the rest become tombstones. The parts touch disjoint
+// rows (they share one snapshot: the tombstones made here are not yet seen
+// as tombstones).
+const pruneSQL = clockCTE + `,
+w AS (SELECT k.ctid AS id, k.tombstone_until <= c.now AS past FROM idem_keys k, c
+	WHERE k.state IN ('succeeded', 'failed') AND k.expires_at <= c.now
+	LIMIT $2 FOR UPDATE OF k SKIP LOCKED),
+gone AS (DELETE FROM idem_keys WHERE ctid = ANY(ARRAY(SELECT id FROM w WHERE past)) RETURNING 1),
+tomb AS (UPDATE idem_keys SET state = 'tombstone', status = 0, meta = NULL, body = NULL, updated_at = c.now
+	FROM c WHERE ctid = ANY(ARRAY(SELECT id FROM w WHERE NOT past)) RETURNING 1),
+dead AS (DELETE FROM idem_keys WHERE ctid = ANY(ARRAY(SELECT k.ctid FROM idem_keys k, c
+	WHERE k.state = 'tombstone' AND k.tombstone_until <= c.now
+	LIMIT $2 FOR UPDATE OF k SKIP LOCKED)) RETURNING 1),
+released AS (DELETE FROM idem_keys WHERE ctid = ANY(ARRAY(SELECT k.ctid FROM idem_keys k, c
+	WHERE k.state = 'released' AND k.updated_at + k.retention_ms` + msInterval + ` <= c.now
+	LIMIT $2 FOR UPDATE OF k SKIP LOCKED)) RETURNING 1)
+SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM tomb), (SELECT count(*) FROM dead) + (SELECT count(*) FROM released)`
 
 // List returns records for operators, most recently updated first.
 func (d *Driver) List(ctx context.Context, f idemtype.ListFilter) ([]idemtype.Record, error) {

@@ -238,8 +238,11 @@ func (d *Driver) Resolve(ctx context.Context, p driver.ResolveParams) (idemtype.
 	return rec, nil
 }
 
-// Prune drops the results of records past retention and deletes tombstones
-// past their window, at most limit rows of each, in one transaction.
+// Prune deletes completed records past both their retention and their
+// tombstone window at once (counted as tombstoned and deleted), drops the
+// results of records past retention only (they become tombstones), and
+// deletes tombstones and released keys past their window: at most limit
+// rows of each kind, in one transaction.
 func (d *Driver) Prune(ctx context.Context, limit int) (idemtype.PruneCounts, error) {
 	var out idemtype.PruneCounts
 	now := d.nowMS()
@@ -248,23 +251,47 @@ func (d *Driver) Prune(ctx context.Context, limit int) (idemtype.PruneCounts, er
 		return out, fmt.Errorf("sqlite: prune: %w", err)
 	}
 	defer tx.Rollback()
-	n, err := tx.Exec(ctx, `UPDATE idem_keys SET state = 'tombstone', status = 0, meta = NULL, body = NULL, updated_at = ?1
-	WHERE rowid IN (SELECT rowid FROM idem_keys WHERE state IN ('succeeded', 'failed') AND expires_at <= ?1 LIMIT ?2)`, now, limit)
-	if err != nil {
-		return out, fmt.Errorf("sqlite: prune: %w", err)
-	}
-	out.Tombstoned = int(n)
-	// Two deletes, not one with OR: each is served by its partial index
-	// (idem_keys_tombstone, idem_keys_released) instead of a table scan.
-	for _, q := range []string{
-		`DELETE FROM idem_keys WHERE rowid IN (SELECT rowid FROM idem_keys WHERE state = 'tombstone' AND tombstone_until <= ?1 LIMIT ?2)`,
-		`DELETE FROM idem_keys WHERE rowid IN (SELECT rowid FROM idem_keys WHERE state = 'released' AND updated_at + retention_ms <= ?1 LIMIT ?2)`,
+	// Each statement is served by a partial index (idem_keys_expires,
+	// idem_keys_tombstone, idem_keys_released) instead of a table scan.
+	// The first two share one window: the first limit records past
+	// retention in the index's order. Of these, a record past its
+	// tombstone window too is deleted without first being rewritten as a
+	// tombstone nobody could see (past tombstone_until a claim takes the
+	// key over anyway); the rest become tombstones: once the deletes are
+	// done, the window's rest is the first limit−deleted records past
+	// retention. A window, not a search of all records past retention for
+	// those past both windows, which would read them all when there are
+	// none.
+	const window = `SELECT rowid FROM (SELECT rowid, tombstone_until AS until FROM idem_keys
+		WHERE state IN ('succeeded', 'failed') AND expires_at <= ?1 LIMIT ?2) WHERE until `
+	var gone int
+	for _, q := range []struct {
+		sql              string
+		tomb, dele, rest bool
+	}{
+		{`DELETE FROM idem_keys WHERE rowid IN (` + window + `<= ?1)`, true, true, false},
+		{`UPDATE idem_keys SET state = 'tombstone', status = 0, meta = NULL, body = NULL, updated_at = ?1
+		WHERE rowid IN (` + window + `> ?1)`, true, false, true},
+		{`DELETE FROM idem_keys WHERE rowid IN (SELECT rowid FROM idem_keys WHERE state = 'tombstone' AND tombstone_until <= ?1 LIMIT ?2)`, false, true, false},
+		{`DELETE FROM idem_keys WHERE rowid IN (SELECT rowid FROM idem_keys WHERE state = 'released' AND updated_at + retention_ms <= ?1 LIMIT ?2)`, false, true, false},
 	} {
-		n, err = tx.Exec(ctx, q, now, limit)
+		lim := limit
+		if q.rest {
+			lim -= gone
+		}
+		n, err := tx.Exec(ctx, q.sql, now, lim)
 		if err != nil {
 			return out, fmt.Errorf("sqlite: prune: %w", err)
 		}
-		out.Deleted += int(n)
+		if q.tomb && q.dele {
+			gone = int(n)
+		}
+		if q.tomb {
+			out.Tombstoned += int(n)
+		}
+		if q.dele {
+			out.Deleted += int(n)
+		}
 	}
 	if d.vacuum && out.Tombstoned+out.Deleted > 0 {
 		// Give the freed pages back to the file system, a bounded number a

@@ -1,0 +1,58 @@
+package bench
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/idemdev/idem/internal/pgtest"
+)
+
+// checkCycles: one row per cycle, each having filled and then pruned all
+// of its keys. Nothing here judges a speed or a size's growth.
+func checkCycles(t *testing.T, res []Result, keys int) {
+	t.Helper()
+	if len(res) != pruneCycles {
+		t.Fatalf("%d rows, want %d: %+v", len(res), pruneCycles, res)
+	}
+	for i, r := range res {
+		if r.Group != GroupCycles || r.Keys != keys || !strings.HasSuffix(r.Name, fmt.Sprintf("cycle %d", i+1)) {
+			t.Errorf("row %d: group %q keys %d name %q", i, r.Group, r.Keys, r.Name)
+		}
+		if r.OpsPerSec <= 0 || r.BaselineOpsPerS <= 0 || r.FillSeconds <= 0 {
+			t.Errorf("%s: measured nothing: %+v", r.Name, r)
+		}
+		// Every cycle prunes exactly the keys it filled: none left from before.
+		if !strings.Contains(r.Note, fmt.Sprintf("pruned %d records", keys)) {
+			t.Errorf("%s: note %q, want all %d records pruned", r.Name, r.Note, keys)
+		}
+		if r.DiskBytesBefore < int64(keys)*1024 || r.DiskBytesAfter <= 0 {
+			t.Errorf("%s: idem_keys %d bytes after filling %d records of 1 KiB, %d after pruning", r.Name, r.DiskBytesBefore, keys, r.DiskBytesAfter)
+		}
+	}
+}
+
+func TestCyclesSQLite(t *testing.T) {
+	t.Parallel()
+	res, err := Run(t.Context(), &Options{Groups: []string{GroupCycles}, Keys: 2000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkCycles(t, res, 2000)
+}
+
+func TestCyclesPostgres(t *testing.T) {
+	t.Parallel()
+	if _, ok := pgtest.Available(); !ok {
+		if os.Getenv(pgtest.RequireEnv) == "1" {
+			t.Fatalf("no PostgreSQL binaries, and %s=1", pgtest.RequireEnv)
+		}
+		t.Skip("no PostgreSQL binaries")
+	}
+	res, err := Run(t.Context(), &Options{DB: "postgres", Groups: []string{GroupCycles}, Keys: 2000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkCycles(t, res, 2000)
+}
