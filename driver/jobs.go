@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/idemdev/idem/idemtype"
@@ -26,6 +27,11 @@ type JobInsert struct {
 	// same (Queue, UniqueKey) exists in any state; the existing job is
 	// returned instead.
 	UniqueKey string
+	// UniqueAcrossQueues makes UniqueKey hold across every queue: the
+	// insert is a no-op if a job with the same UniqueKey, inserted with
+	// UniqueAcrossQueues too, exists on any queue. Keys across queues and
+	// keys per queue never collide with each other.
+	UniqueAcrossQueues bool
 	// UniqueStates, when not zero, is the set of states (JobStateBits) in
 	// which UniqueKey holds: the job loses its key for good once it moves
 	// to a state outside the set. Zero means every state.
@@ -42,6 +48,24 @@ type JobInsert struct {
 	// PartitionKey, when not empty, is what a per-partition concurrency
 	// limit counts the job under.
 	PartitionKey string
+}
+
+// UniqueScope is the part of a group-commit key that says where j's unique
+// key holds: the queue, or nothing across queues (a queue name is never
+// empty).
+func UniqueScope(j JobInsert) string {
+	if j.UniqueAcrossQueues {
+		return "\x00"
+	}
+	return j.Queue + "\x00"
+}
+
+// UniqueScopeName says where j's unique key holds, for errors.
+func UniqueScopeName(j JobInsert) string {
+	if j.UniqueAcrossQueues {
+		return "across queues"
+	}
+	return "of queue " + strconv.Quote(j.Queue)
 }
 
 // DecodeJobErrors parses the errors column, which both drivers store as a

@@ -32,8 +32,9 @@ type EnqueueOpts struct {
 	// MaxAttempts overrides Config.MaxAttempts for this job.
 	MaxAttempts int
 	// Unique, when set, builds the unique key from UniqueKey, the kind,
-	// the arguments and the period, limits the states it holds in, and
-	// chooses what a duplicate gets. See UniqueOpts.
+	// the arguments and the period, limits the states it holds in, makes
+	// it hold across queues if asked, and chooses what a duplicate gets.
+	// See UniqueOpts.
 	Unique *UniqueOpts
 	// Priority orders the job within its queue: 1 is the highest, 4 the
 	// lowest (River's scale). Zero means 1. A claim takes the due jobs of
@@ -228,7 +229,7 @@ func (c *Client) prepare(p EnqueueParams) (driver.JobInsert, error) {
 		}
 	}
 	return driver.JobInsert{
-		Queue: o.Queue, Kind: kind, Args: b, UniqueKey: key, UniqueStates: states,
+		Queue: o.Queue, Kind: kind, Args: b, UniqueKey: key, UniqueStates: states, UniqueAcrossQueues: acrossQueues(&o),
 		MaxAttempts: cmp.Or(o.MaxAttempts, c.cfg.MaxAttempts), RunAt: o.RunAt, Delay: o.Delay,
 		Priority: cmp.Or(o.Priority, idemtype.JobPriorityHighest), Metadata: meta, PartitionKey: o.PartitionKey,
 	}, nil

@@ -35,6 +35,7 @@ func (ex *execution) execute() {
 	stopHeartbeat := ex.keepAlive(ctx, cancel)
 	err := ex.run(ctx)
 	ex.ran.Store(max(int64(time.Since(ex.started)), 1))
+	ex.p.ending(ex)
 	stopHeartbeat()
 	cause := context.Cause(ctx)
 

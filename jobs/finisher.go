@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"runtime"
 	"sync"
 
 	"github.com/idemdev/idem/driver"
@@ -13,7 +14,7 @@ const maxFinishBatch = 256
 // finisher writes the client's own ends of claims (completions, retries,
 // dead letters, releases) in batches: one transaction for whatever has
 // queued up while the previous batch was being written, with no waiting
-// window. Each write in a batch is fenced on its own. CompleteTx does not
+// window beyond one yield of the processor. Each write in a batch is fenced on its own. CompleteTx does not
 // come here: it belongs to the handler's transaction.
 type finisher struct {
 	drv  driver.Driver
@@ -64,13 +65,22 @@ func (f *finisher) run() {
 		case r := <-f.reqs:
 			batch = append(batch, r)
 		}
+		// Gather what is queued; when nothing is, yield once so that the
+		// other jobs of the same claim, whose work returned together with
+		// this one's, join the batch rather than wait for the next commit.
+		yielded := false
 	gather:
 		for len(batch) < maxFinishBatch {
 			select {
 			case r := <-f.reqs:
 				batch = append(batch, r)
+				yielded = false
 			default:
-				break gather
+				if yielded {
+					break gather
+				}
+				yielded = true
+				runtime.Gosched()
 			}
 		}
 		f.write(batch)

@@ -93,6 +93,9 @@ type execution struct {
 	// runs). For Metrics.JobRun.
 	started time.Time
 	ran     atomic.Int64
+	// finishing is set, under p.mu, once the work has returned and the
+	// claim's final write is on its way (see producer.finishing).
+	finishing bool
 }
 
 // runTime is how long the work ran, or has run so far.

@@ -22,6 +22,11 @@ type producer struct {
 
 	mu      sync.Mutex
 	running int
+	// finishing counts the running jobs whose work has returned and whose
+	// final write (a completion, mostly) is on its way: their slots free
+	// within one commit, and a claim waits for them rather than take the
+	// slots freed so far (see waitForSlots).
+	finishing int
 
 	wake  chan struct{} // new jobs may be due: a notice, or a local enqueue
 	freed chan struct{} // a running job finished
@@ -49,6 +54,23 @@ func (p *producer) free() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.max - p.running
+}
+
+// slots returns the free slots and the slots about to free.
+func (p *producer) slots() (free, finishing int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.max - p.running, p.finishing
+}
+
+// ending counts ex as finishing: its work returned.
+func (p *producer) ending(ex *execution) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !ex.finishing {
+		ex.finishing = true
+		p.finishing++
+	}
 }
 
 // run is the fetch loop: claim as many due jobs as there are free slots;
@@ -104,7 +126,12 @@ func (p *producer) run(stop <-chan struct{}) {
 }
 
 // waitForSlots waits until at least one slot is free, and then until want
-// are or the deadline passes. It reports false if stop closed.
+// are or the deadline passes. While jobs whose work has returned are
+// being finished it also waits for those (their write is one group commit
+// away), unless half the slots are free already: so that a claim takes the
+// slots a whole completion batch frees, not the few freed first, and
+// claims and completions do not split into ever smaller batches. It
+// reports false if stop closed.
 func (p *producer) waitForSlots(stop <-chan struct{}, want int, deadline time.Time) bool {
 	var timer *time.Timer
 	defer func() {
@@ -113,8 +140,8 @@ func (p *producer) waitForSlots(stop <-chan struct{}, want int, deadline time.Ti
 		}
 	}()
 	for {
-		free := p.free()
-		if free >= want || free > 0 && !time.Now().Before(deadline) {
+		free, finishing := p.slots()
+		if free >= max(want, (p.max+1)/2) || free > 0 && finishing == 0 && (free >= want || !time.Now().Before(deadline)) {
 			select {
 			case <-stop:
 				return false
@@ -123,7 +150,7 @@ func (p *producer) waitForSlots(stop <-chan struct{}, want int, deadline time.Ti
 			}
 		}
 		var expired <-chan time.Time
-		if free > 0 {
+		if free > 0 && finishing == 0 { // a finishing job signals freed when it is done
 			timer = time.NewTimer(time.Until(deadline))
 			expired = timer.C
 		}
@@ -172,6 +199,9 @@ func (p *producer) done(ex *execution) {
 	p.c.untrack(ex)
 	p.mu.Lock()
 	p.running--
+	if ex.finishing {
+		p.finishing--
+	}
 	p.mu.Unlock()
 	signal(p.freed)
 }

@@ -16,8 +16,10 @@ import (
 // UniqueOpts). The job's unique key is built from EnqueueOpts.UniqueKey
 // (or, if that is empty, the job's kind), then the arguments (ByArgs) and
 // the period (ByPeriod); the database refuses a second job with the same
-// key on the same queue, so racing producers on any number of hosts get
-// one job. Keys are always per queue (River's ByQueue: true).
+// key on the same queue (or, with AcrossQueues, on any queue), so racing
+// producers on any number of hosts get one job. Keys are per queue by
+// default, as River's ByQueue: true; AcrossQueues makes one key span every
+// queue, as River's default (ByQueue: false).
 //
 // What a duplicate enqueue gets depends on OnDuplicate: the existing job
 // with EnqueueResult.Duplicate true (DuplicateReturn, the default), or a
@@ -41,6 +43,13 @@ type UniqueOpts struct {
 	// is StatesPending does not hold the key again). StatesPending, {available},
 	// allows one waiting job and any number of running ones.
 	ByState []idemtype.JobState
+	// AcrossQueues makes the key hold across every queue: an equal job on
+	// any queue is a duplicate, and a duplicate enqueue gets that job (on
+	// its own queue, not the one asked for). False keeps the key per queue
+	// (River's ByQueue: true). Keys across queues and keys per queue are
+	// apart: an equal job enqueued per queue is not a duplicate of one
+	// enqueued across queues, nor the other way round.
+	AcrossQueues bool
 	// OnDuplicate says what a duplicate enqueue gets. Default
 	// DuplicateReturn. DuplicateReject is for Enqueue and EnqueueTx; a
 	// batch (EnqueueMany) reports duplicates per job, and refuses it.
@@ -75,7 +84,7 @@ type DuplicateError struct {
 }
 
 func (e *DuplicateError) Error() string {
-	return fmt.Sprintf("jobs: duplicate job: job %d (%s) holds unique key %q of queue %s", e.Job.ID, e.Job.State, e.Job.UniqueKey, e.Job.Queue)
+	return fmt.Sprintf("jobs: duplicate job: job %d (%s, queue %s) holds unique key %q", e.Job.ID, e.Job.State, e.Job.Queue, e.Job.UniqueKey)
 }
 
 // Is reports whether target is ErrDuplicate.
@@ -121,6 +130,11 @@ func uniqueKey(o *EnqueueOpts, kind string, args []byte, now time.Time) (key str
 		b.WriteString("/period:" + at.Truncate(u.ByPeriod).UTC().Format(time.RFC3339Nano))
 	}
 	return b.String(), driver.JobStateBits(u.ByState), nil
+}
+
+// acrossQueues reports whether o asks for a key that holds across queues.
+func acrossQueues(o *EnqueueOpts) bool {
+	return o.Unique != nil && o.Unique.AcrossQueues
 }
 
 // rejects reports whether o asks for a duplicate to be an error.

@@ -114,6 +114,7 @@ func (d *Driver) enqueue(ctx context.Context, q driver.Executor, jobs []driver.J
 		args                [][]byte
 		attempts, prios     []int32
 		uniqueStates        []int32
+		across              []bool
 		runAtUS, delays     []int64
 	)
 	for _, j := range jobs {
@@ -129,24 +130,25 @@ func (d *Driver) enqueue(ctx context.Context, q driver.Executor, jobs []driver.J
 		attempts, runAtUS, delays = append(attempts, int32(j.MaxAttempts)), append(runAtUS, us), append(delays, j.Delay.Milliseconds())
 		prios, uniqueStates = append(prios, int32(j.Priority)), append(uniqueStates, int32(j.UniqueStates))
 		metas, parts = append(metas, string(j.Metadata)), append(parts, j.PartitionKey)
+		across = append(across, j.UniqueAcrossQueues)
 	}
 	// Rows are inserted in input order (ORDER BY v.ord), so their ids grow
 	// in input order: the inserted rows, by id, are the non-duplicates in
 	// order. Each match is checked all the same.
 	rows, err := q.Query(ctx, jobClock+`, v AS (
-	SELECT * FROM unnest($2::text[], $3::text[], $4::bytea[], $5::int[], $6::bigint[], $7::bigint[], $8::text[], $9::smallint[], $10::text[], $11::text[], $12::smallint[])
-		WITH ORDINALITY AS v(queue, kind, args, max_attempts, run_at_us, delay_ms, unique_key, priority, metadata, partition_key, unique_states, ord)),
+	SELECT * FROM unnest($2::text[], $3::text[], $4::bytea[], $5::int[], $6::bigint[], $7::bigint[], $8::text[], $9::smallint[], $10::text[], $11::text[], $12::smallint[], $13::bool[])
+		WITH ORDINALITY AS v(queue, kind, args, max_attempts, run_at_us, delay_ms, unique_key, priority, metadata, partition_key, unique_states, unique_across, ord)),
 ins AS (
-	INSERT INTO idem_jobs (queue, kind, args, state, max_attempts, run_at, unique_key, created_at, updated_at, priority, metadata, partition_key, unique_states)
+	INSERT INTO idem_jobs (queue, kind, args, state, max_attempts, run_at, unique_key, created_at, updated_at, priority, metadata, partition_key, unique_states, unique_across)
 	SELECT v.queue, v.kind, v.args, 'available', v.max_attempts,
 		CASE WHEN v.run_at_us = 0 THEN c.now + v.delay_ms`+msInterval+`
 			ELSE timestamptz 'epoch' + v.run_at_us * interval '1 microsecond' END,
-		nullif(v.unique_key, ''), c.now, c.now, v.priority, nullif(v.metadata, '')::jsonb, nullif(v.partition_key, ''), nullif(v.unique_states, 0)
+		nullif(v.unique_key, ''), c.now, c.now, v.priority, nullif(v.metadata, '')::jsonb, nullif(v.partition_key, ''), nullif(v.unique_states, 0), v.unique_across
 	FROM v, c ORDER BY v.ord
-	ON CONFLICT (queue, unique_key) DO NOTHING
+	ON CONFLICT DO NOTHING
 	RETURNING *)
 SELECT `+jobCols("ins.")+`, c.now FROM ins, c ORDER BY ins.id`,
-		d.clock(), queues, kinds, args, attempts, runAtUS, delays, keys, prios, metas, parts, uniqueStates)
+		d.clock(), queues, kinds, args, attempts, runAtUS, delays, keys, prios, metas, parts, uniqueStates, across)
 	if err != nil {
 		return nil, nil, fmt.Errorf("postgres: enqueue: %w", err)
 	}
@@ -206,16 +208,16 @@ func (d *Driver) enqueueOne(ctx context.Context, q driver.Executor, j driver.Job
 			inserted bool
 		)
 		err := d.write(ctx, q, &groupcommit.Write{
-			Key: j.Queue + "\x00" + j.UniqueKey,
+			Key: driver.UniqueScope(j) + j.UniqueKey,
 			Query: jobClock + `, ins AS (
-	INSERT INTO idem_jobs (queue, kind, args, state, max_attempts, run_at, unique_key, created_at, updated_at, priority, metadata, partition_key, unique_states)
+	INSERT INTO idem_jobs (queue, kind, args, state, max_attempts, run_at, unique_key, created_at, updated_at, priority, metadata, partition_key, unique_states, unique_across)
 	SELECT $2, $3, $4, 'available', $5, coalesce($6::timestamptz, c.now + $7` + msInterval + `), $8::text, c.now, c.now, $9,
-		$10::text::jsonb, $11::text, nullif($12::smallint, 0) FROM c
-	ON CONFLICT (queue, unique_key) DO NOTHING
+		$10::text::jsonb, $11::text, nullif($12::smallint, 0), $13 FROM c
+	ON CONFLICT DO NOTHING
 	RETURNING *)
 SELECT ` + jobCols("ins.") + `, c.now FROM ins, c`,
 			Args: []any{d.clock(), j.Queue, j.Kind, args, j.MaxAttempts, runAt, j.Delay.Milliseconds(), driver.NullIfEmpty(j.UniqueKey), int16(j.Priority),
-				driver.NullIfEmpty(string(j.Metadata)), driver.NullIfEmpty(j.PartitionKey), int16(j.UniqueStates)},
+				driver.NullIfEmpty(string(j.Metadata)), driver.NullIfEmpty(j.PartitionKey), int16(j.UniqueStates), j.UniqueAcrossQueues},
 			Row: func(r groupcommit.Scanner) error {
 				var err error
 				row, err = scanJob(r)
@@ -229,8 +231,11 @@ SELECT ` + jobCols("ins.") + `, c.now FROM ins, c`,
 		if inserted {
 			return row, false, nil
 		}
-		row, err = scanJob(d.own(q).QueryRow(ctx, jobClock+`SELECT `+jobCols("j.")+`, c.now FROM idem_jobs j, c
-	WHERE j.queue = $2 AND j.unique_key = $3`, d.clock(), j.Queue, j.UniqueKey))
+		holder, args := `j.queue = $2 AND j.unique_key = $3 AND NOT j.unique_across`, []any{d.clock(), j.Queue, j.UniqueKey}
+		if j.UniqueAcrossQueues {
+			holder, args = `j.unique_key = $2 AND j.unique_across`, []any{d.clock(), j.UniqueKey}
+		}
+		row, err = scanJob(d.own(q).QueryRow(ctx, jobClock+`SELECT `+jobCols("j.")+`, c.now FROM idem_jobs j, c WHERE `+holder, args...))
 		if errors.Is(err, sql.ErrNoRows) {
 			continue
 		}
@@ -239,8 +244,8 @@ SELECT ` + jobCols("ins.") + `, c.now FROM ins, c`,
 		}
 		return row, true, nil
 	}
-	return idemtype.JobRow{}, false, fmt.Errorf("postgres: enqueue: unique key %q of queue %q is taken by a job this transaction cannot see (%d tries; is it above READ COMMITTED?)",
-		j.UniqueKey, j.Queue, maxEnqueueTries)
+	return idemtype.JobRow{}, false, fmt.Errorf("postgres: enqueue: unique key %q (%s) is taken by a job this transaction cannot see (%d tries; is it above READ COMMITTED?)",
+		j.UniqueKey, driver.UniqueScopeName(j), maxEnqueueTries)
 }
 
 // NotifyJobs sends one notice per queue; inside a transaction PostgreSQL

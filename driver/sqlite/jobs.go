@@ -124,14 +124,14 @@ func (d *Driver) enqueueOne(ctx context.Context, q driver.Executor, j driver.Job
 			inserted bool
 		)
 		err := d.gc.Write(ctx, q, &groupcommit.Write{
-			Key: j.Queue + "\x00" + j.UniqueKey,
+			Key: driver.UniqueScope(j) + j.UniqueKey,
 			Query: `INSERT INTO idem_jobs
-	(queue, kind, args, state, max_attempts, run_at, unique_key, created_at, updated_at, priority, metadata, partition_key, unique_states)
-	VALUES (?1, ?2, ?3, 'available', ?4, ?5, ?6, ?7, ?7, ?8, ?9, ?10, nullif(?11, 0))
-	ON CONFLICT (queue, unique_key) DO NOTHING
+	(queue, kind, args, state, max_attempts, run_at, unique_key, created_at, updated_at, priority, metadata, partition_key, unique_states, unique_across)
+	VALUES (?1, ?2, ?3, 'available', ?4, ?5, ?6, ?7, ?7, ?8, ?9, ?10, nullif(?11, 0), ?12)
+	ON CONFLICT DO NOTHING
 	RETURNING ` + jobCols,
 			Args: []any{j.Queue, j.Kind, args, j.MaxAttempts, runAt, driver.NullIfEmpty(j.UniqueKey), now, j.Priority,
-				driver.NullIfEmpty(string(j.Metadata)), driver.NullIfEmpty(j.PartitionKey), j.UniqueStates},
+				driver.NullIfEmpty(string(j.Metadata)), driver.NullIfEmpty(j.PartitionKey), j.UniqueStates, j.UniqueAcrossQueues},
 			Row: func(r groupcommit.Scanner) error {
 				var err error
 				row, err = scanJob(r, now)
@@ -149,8 +149,11 @@ func (d *Driver) enqueueOne(ctx context.Context, q driver.Executor, j driver.Job
 		if q == driver.Shared {
 			read = d.r // after the insert's commit: it sees the row that took the key
 		}
-		row, err = scanJob(read.QueryRow(ctx, `SELECT `+jobCols+` FROM idem_jobs WHERE queue = ? AND unique_key = ?`,
-			j.Queue, j.UniqueKey), now)
+		holder, args := `queue = ? AND unique_key = ? AND unique_across = 0`, []any{j.Queue, j.UniqueKey}
+		if j.UniqueAcrossQueues {
+			holder, args = `unique_key = ? AND unique_across = 1`, []any{j.UniqueKey}
+		}
+		row, err = scanJob(read.QueryRow(ctx, `SELECT `+jobCols+` FROM idem_jobs WHERE `+holder, args...), now)
 		if errors.Is(err, sql.ErrNoRows) {
 			continue
 		}
@@ -159,7 +162,7 @@ func (d *Driver) enqueueOne(ctx context.Context, q driver.Executor, j driver.Job
 		}
 		return row, true, nil
 	}
-	return idemtype.JobRow{}, false, fmt.Errorf("sqlite: enqueue: unique key %q of queue %q changed %d times; giving up", j.UniqueKey, j.Queue, maxEnqueueTries)
+	return idemtype.JobRow{}, false, fmt.Errorf("sqlite: enqueue: unique key %q (%s) changed %d times; giving up", j.UniqueKey, driver.UniqueScopeName(j), maxEnqueueTries)
 }
 
 // NotifyJobs does nothing: SQLite workers poll.
