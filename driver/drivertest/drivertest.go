@@ -149,6 +149,7 @@ var cases = []testCase{
 	{"Fill", testFill},
 	{"Offsets", testOffsets},
 	{"Steps", testSteps},
+	{"Activity", testActivity},
 }
 
 // Run runs the conformance suite against one driver.
