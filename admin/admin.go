@@ -85,6 +85,9 @@ type Options struct {
 	// JobQueues lists the job queues (paused or not, jobs by state) for
 	// their section; nil leaves the section out.
 	JobQueues JobQueuesFunc
+	// PauseQueue, with Write, puts pause and resume buttons in the queues
+	// section. Nil: no buttons.
+	PauseQueue PauseQueueFunc
 	// ListLimit bounds the parked, stale and dead-job lists. Default 50.
 	ListLimit int
 	// CountTimeout bounds the database counts and lists behind one page.
@@ -216,6 +219,7 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /{$}", s.index)
 	mux.HandleFunc("POST /reconcile", s.reconcile)
+	mux.HandleFunc("POST /queues", s.pauseQueue)
 	mux.HandleFunc("GET /login", s.loginForm)
 	mux.HandleFunc("POST /login", s.login)
 	sub, _ := fs.Sub(staticFS, "static")
