@@ -18,10 +18,10 @@ type dbTotals struct {
 	CountsOK bool
 	// Reported is false when no process has reported yet: the page falls
 	// back to this process's collector.
-	Reported                                                      bool
+	Reported                                                       bool
 	Duplicates, Replays, Mismatches, Reclaims, Expired, LeasesLost int64
-	Sources                                                       []source
-	SourcesErr                                                    string
+	Sources                                                        []source
+	SourcesErr                                                     string
 }
 
 // source is one reporting process and when it last reported.
