@@ -185,7 +185,7 @@ func TestDatabaseTotalsAcrossGateways(t *testing.T) {
 			t.Fatal(err)
 		}
 		body = view("/")
-		if !strings.Contains(body, `id="total-replays">4<`) || !strings.Contains(body, a.rep.Source()) || !strings.Contains(body, "2 reporting processes") {
+		if !strings.Contains(body, `id="total-replays">4<`) || !strings.Contains(body, a.rep.Source()) || !strings.Contains(body, "Reporting processes: 2") {
 			t.Errorf("after both reported:\n%s", section(t, body, "totals"))
 		}
 		if rows := regexp.MustCompile(`(?s)<tr class="recent-row">.*?</tr>`).FindAllString(section(t, body, "recent"), -1); len(rows) != 3 || !strings.Contains(rows[2], ">4</td>") {
