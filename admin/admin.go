@@ -1,8 +1,11 @@
-// Package admin serves a small operator's page for one ledger: totals, a
-// recent-activity chart, parked and stale claims (with a reconcile action
-// when writes are allowed), dead-lettered jobs once a jobs lister is
-// given, and a search by scope and key. The same handler serves /healthz
-// and /metrics.
+// Package admin serves a small operator's page for one ledger: records
+// counted in the database and the totals every gateway reported (see
+// Reporter), a recent-activity chart, the most recently updated records
+// with their replays, parked and stale claims (with a reconcile action
+// when writes are allowed), job queues and dead-lettered jobs once listers
+// are given, and a search by scope and key. The same handler serves
+// /healthz and /metrics. The page reloads itself through a meta refresh,
+// not a script.
 //
 //	h, err := admin.New(l, &admin.Options{Addr: addr, Metrics: m, Write: write, Token: token})
 //	http.ListenAndServe(addr, h)
@@ -88,7 +91,8 @@ type Options struct {
 	// PauseQueue, with Write, puts pause and resume buttons in the queues
 	// section. Nil: no buttons.
 	PauseQueue PauseQueueFunc
-	// ListLimit bounds the parked, stale and dead-job lists. Default 50.
+	// ListLimit bounds the recent, parked, stale and dead-job lists.
+	// Default 50.
 	ListLimit int
 	// CountTimeout bounds the database counts and lists behind one page.
 	// Default 5s.
