@@ -35,8 +35,10 @@ const (
 type ReporterOptions struct {
 	// Every is how often the counters are flushed. Default 5s.
 	Every time.Duration
-	// MaxKeys bounds the keys whose replays are held between two flushes;
-	// replays of further keys count only in the totals. Default 10,000.
+	// MaxKeys bounds the keys whose replays are held between two flushes,
+	// and so the rows one flush updates (on SQLite it holds the writer
+	// meanwhile: 0.2 s for 1,000 keys on a busy two-core machine); replays of further keys
+	// count only in the totals. Default 1,000.
 	MaxKeys int
 	// Logger receives a line when a flush fails. Default slog.Default().
 	Logger *slog.Logger
@@ -82,7 +84,7 @@ func NewReporter(opts *ReporterOptions) *Reporter {
 		o = *opts
 	}
 	o.Every = cmp.Or(o.Every, 5*time.Second)
-	o.MaxKeys = cmp.Or(o.MaxKeys, 10_000)
+	o.MaxKeys = cmp.Or(o.MaxKeys, 1000)
 	host, _ := os.Hostname()
 	var b [3]byte
 	rand.Read(b[:])

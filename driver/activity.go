@@ -57,11 +57,12 @@ type SourceCounter struct {
 	UpdatedAt    time.Time
 }
 
-// StateCounts counts records by state. Stale counts in-progress records
-// whose lease has ended (they are in InProgress too). Total counts every
-// row, tombstones included.
+// StateCounts counts records by state. Completed counts succeeded and
+// failed records (one partial index holds both); Stale counts in-progress
+// records whose lease has ended (they are in InProgress too). Total counts
+// every row, tombstones included.
 type StateCounts struct {
-	Succeeded, Failed, InProgress, Stale, Parked, Released, Tombstone, Total int64
+	Completed, InProgress, Stale, Parked, Released, Tombstone, Total int64
 }
 
 // RecentRecord is a record without its stored result, with how many times

@@ -55,7 +55,7 @@ func testActivity(t *testing.T, s *suite) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := driver.StateCounts{Succeeded: 1, Failed: 1, InProgress: 2, Stale: 1, Parked: 1, Released: 1, Total: 6}
+	want := driver.StateCounts{Completed: 2, InProgress: 2, Stale: 1, Parked: 1, Released: 1, Total: 6}
 	if counts != want {
 		t.Fatalf("CountStates = %+v, want %+v", counts, want)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemdev/idem/driver"
 	"github.com/idemdev/idem/idemtype"
+	"github.com/jackc/pgx/v5"
 )
 
 var (
@@ -37,43 +38,38 @@ func (d *Driver) ReportActivity(ctx context.Context, r driver.ActivityReport) ([
 			return nil, fmt.Errorf("postgres: report activity: %w", err)
 		}
 	}
-	var busy []driver.KeyReplays
-	if len(r.Replays) > 0 {
-		n := len(r.Replays)
-		scopes, keys, counts, lasts := make([]string, n), make([]string, n), make([]int64, n), make([]time.Time, n)
-		for i, k := range r.Replays {
-			scopes[i], keys[i], counts[i], lasts[i] = k.Scope, k.Key, k.N, k.Last
-		}
-		rows, err := tx.Query(ctx, `WITH v AS (SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::timestamptz[]) AS v(scope, key, n, at)),
-		locked AS (SELECT k.scope, k.key FROM idem_keys k JOIN v ON k.scope = v.scope AND k.key = v.key
-			ORDER BY k.scope, k.key FOR UPDATE OF k SKIP LOCKED),
-		upd AS (UPDATE idem_keys k SET replays = k.replays + v.n, last_replayed_at = greatest(k.last_replayed_at, v.at)
-			FROM v, locked WHERE k.scope = v.scope AND k.key = v.key AND locked.scope = v.scope AND locked.key = v.key
-			RETURNING k.scope, k.key)
-		SELECT v.scope, v.key FROM v WHERE EXISTS (SELECT 1 FROM idem_keys k WHERE k.scope = v.scope AND k.key = v.key)
-			AND NOT EXISTS (SELECT 1 FROM upd WHERE upd.scope = v.scope AND upd.key = v.key)`,
-			scopes, keys, counts, lasts)
-		if err != nil {
-			return nil, fmt.Errorf("postgres: report activity: %w", err)
-		}
-		type sk struct{ scope, key string }
-		skipped := map[sk]bool{}
-		for rows.Next() {
-			var k sk
-			if err := rows.Scan(&k.scope, &k.key); err != nil {
-				rows.Close()
+	// One statement per key, sent together in one round trip: each
+	// reaches its record through the primary key, whatever the table's
+	// size, and skips it if another transaction holds it locked.
+	b := &pgx.Batch{}
+	for _, k := range r.Replays {
+		b.Queue(replayQuery, k.Scope, k.Key, k.N, k.Last)
+	}
+	var maybeBusy []driver.KeyReplays
+	if b.Len() > 0 {
+		res := tx.SendBatch(ctx, b)
+		for _, k := range r.Replays {
+			ct, err := res.Exec()
+			if err != nil {
+				res.Close()
 				return nil, fmt.Errorf("postgres: report activity: %w", err)
 			}
-			skipped[k] = true
+			if ct.RowsAffected() == 0 {
+				maybeBusy = append(maybeBusy, k)
+			}
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		if err := res.Close(); err != nil {
 			return nil, fmt.Errorf("postgres: report activity: %w", err)
 		}
-		for _, k := range r.Replays {
-			if skipped[sk{k.Scope, k.Key}] {
-				busy = append(busy, k)
-			}
+	}
+	var busy []driver.KeyReplays
+	for _, k := range maybeBusy { // locked, or gone (pruned): only the locked are kept
+		var exists bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM idem_keys WHERE scope = $1 AND key = $2)`, k.Scope, k.Key).Scan(&exists); err != nil {
+			return nil, fmt.Errorf("postgres: report activity: %w", err)
+		}
+		if exists {
+			busy = append(busy, k)
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -81,6 +77,12 @@ func (d *Driver) ReportActivity(ctx context.Context, r driver.ActivityReport) ([
 	}
 	return busy, nil
 }
+
+// replayQuery adds replays to one record, unless another transaction
+// holds it locked (SKIP LOCKED: a report never waits on a claim).
+const replayQuery = `WITH l AS (SELECT scope, key FROM idem_keys WHERE scope = $1 AND key = $2 FOR UPDATE SKIP LOCKED)
+UPDATE idem_keys k SET replays = k.replays + $3, last_replayed_at = greatest(k.last_replayed_at, $4::timestamptz)
+FROM l WHERE k.scope = l.scope AND k.key = l.key`
 
 // ActivitySources reads every source's counters.
 func (d *Driver) ActivitySources(ctx context.Context) ([]driver.SourceCounter, error) {
@@ -105,25 +107,28 @@ func (d *Driver) CountStates(ctx context.Context, limit int) (driver.StateCounts
 	lim := sql.NullInt64{Int64: int64(limit), Valid: limit > 0}
 	var c driver.StateCounts
 	err := d.ex.QueryRow(ctx, clockCTE+`SELECT
-	(SELECT count(*) FROM (SELECT 1 FROM idem_keys WHERE state IN ('succeeded', 'failed') AND state = 'succeeded' LIMIT $2::bigint) s),
-	(SELECT count(*) FROM (SELECT 1 FROM idem_keys WHERE state IN ('succeeded', 'failed') AND state = 'failed' LIMIT $2::bigint) s),
+	(SELECT count(*) FROM (SELECT 1 FROM idem_keys WHERE state IN ('succeeded', 'failed') LIMIT $2::bigint) s),
 	(SELECT count(*) FROM (SELECT 1 FROM idem_keys WHERE state = 'in_progress' LIMIT $2::bigint) s),
 	(SELECT count(*) FROM (SELECT 1 FROM idem_keys, c WHERE state = 'in_progress' AND lease_until <= c.now LIMIT $2::bigint) s),
 	(SELECT count(*) FROM (SELECT 1 FROM idem_keys WHERE state = 'parked' LIMIT $2::bigint) s),
 	(SELECT count(*) FROM (SELECT 1 FROM idem_keys WHERE state = 'released' LIMIT $2::bigint) s),
 	(SELECT count(*) FROM (SELECT 1 FROM idem_keys WHERE state = 'tombstone' LIMIT $2::bigint) s),
 	(SELECT count(*) FROM (SELECT 1 FROM idem_keys LIMIT $2::bigint) s)`,
-		d.clock(), lim).Scan(&c.Succeeded, &c.Failed, &c.InProgress, &c.Stale, &c.Parked, &c.Released, &c.Tombstone, &c.Total)
+		d.clock(), lim).Scan(&c.Completed, &c.InProgress, &c.Stale, &c.Parked, &c.Released, &c.Tombstone, &c.Total)
 	if err != nil {
 		return c, fmt.Errorf("postgres: count states: %w", err)
 	}
 	return c, nil
 }
 
+// recentQuery reads through idem_keys_updated, newest first: no sort, no
+// scan (activity_test.go checks the plan).
+const recentQuery = clockCTE + `SELECT scope, key, fingerprint, state, attempt, status, lease_until, updated_at, replays, last_replayed_at, c.now
+	FROM idem_keys, c ORDER BY updated_at DESC LIMIT $2`
+
 // RecentRecords reads through idem_keys_updated, newest first.
 func (d *Driver) RecentRecords(ctx context.Context, limit int) ([]driver.RecentRecord, error) {
-	rows, err := d.ex.Query(ctx, clockCTE+`SELECT scope, key, fingerprint, state, attempt, status, lease_until, updated_at, replays, last_replayed_at, c.now
-	FROM idem_keys, c ORDER BY updated_at DESC LIMIT $2`, d.clock(), limit)
+	rows, err := d.ex.Query(ctx, recentQuery, d.clock(), limit)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: recent records: %w", err)
 	}

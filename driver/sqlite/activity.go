@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -31,10 +32,27 @@ func (d *Driver) ReportActivity(ctx context.Context, r driver.ActivityReport) ([
 			return nil, fmt.Errorf("sqlite: report activity: %w", err)
 		}
 	}
-	for _, k := range r.Replays {
-		if _, err := tx.Exec(ctx, `UPDATE idem_keys SET replays = replays + ?3,
-		last_replayed_at = max(coalesce(last_replayed_at, 0), ?4) WHERE scope = ?1 AND key = ?2`,
-			k.Scope, k.Key, k.N, k.Last.UnixMilli()); err != nil {
+	if len(r.Replays) > 0 {
+		type replay struct {
+			Scope string `json:"s"`
+			Key   string `json:"k"`
+			N     int64  `json:"n"`
+			At    int64  `json:"t"`
+		}
+		list := make([]replay, len(r.Replays))
+		for i, k := range r.Replays {
+			list[i] = replay{k.Scope, k.Key, k.N, k.Last.UnixMilli()}
+		}
+		js, err := json.Marshal(list)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: report activity: %w", err)
+		}
+		// One statement: a primary-key lookup per reported key.
+		if _, err := tx.Exec(ctx, `UPDATE idem_keys SET replays = replays + v.n,
+		last_replayed_at = max(coalesce(last_replayed_at, 0), v.at)
+		FROM (SELECT json_extract(value, '$.s') AS scope, json_extract(value, '$.k') AS key,
+			json_extract(value, '$.n') AS n, json_extract(value, '$.t') AS at FROM json_each(?1)) AS v
+		WHERE idem_keys.scope = v.scope AND idem_keys.key = v.key`, string(js)); err != nil {
 			return nil, fmt.Errorf("sqlite: report activity: %w", err)
 		}
 	}
@@ -74,26 +92,29 @@ func (d *Driver) CountStates(ctx context.Context, limit int) (driver.StateCounts
 	}
 	var c driver.StateCounts
 	err := d.r.QueryRow(ctx, `SELECT
-	(SELECT count(*) FROM (SELECT 1 FROM idem_keys WHERE state IN ('succeeded', 'failed') AND state = 'succeeded' LIMIT ?2)),
-	(SELECT count(*) FROM (SELECT 1 FROM idem_keys WHERE state IN ('succeeded', 'failed') AND state = 'failed' LIMIT ?2)),
+	(SELECT count(*) FROM (SELECT 1 FROM idem_keys WHERE state IN ('succeeded', 'failed') LIMIT ?2)),
 	(SELECT count(*) FROM (SELECT 1 FROM idem_keys WHERE state = 'in_progress' LIMIT ?2)),
 	(SELECT count(*) FROM (SELECT 1 FROM idem_keys WHERE state = 'in_progress' AND lease_until <= ?1 LIMIT ?2)),
 	(SELECT count(*) FROM (SELECT 1 FROM idem_keys WHERE state = 'parked' LIMIT ?2)),
 	(SELECT count(*) FROM (SELECT 1 FROM idem_keys WHERE state = 'released' LIMIT ?2)),
 	(SELECT count(*) FROM (SELECT 1 FROM idem_keys WHERE state = 'tombstone' LIMIT ?2)),
 	(SELECT count(*) FROM (SELECT 1 FROM idem_keys LIMIT ?2))`,
-		d.nowMS(), limit).Scan(&c.Succeeded, &c.Failed, &c.InProgress, &c.Stale, &c.Parked, &c.Released, &c.Tombstone, &c.Total)
+		d.nowMS(), limit).Scan(&c.Completed, &c.InProgress, &c.Stale, &c.Parked, &c.Released, &c.Tombstone, &c.Total)
 	if err != nil {
 		return c, fmt.Errorf("sqlite: count states: %w", err)
 	}
 	return c, nil
 }
 
+// recentQuery reads through idem_keys_updated, newest first: no sort, no
+// scan (activity_test.go checks the plan).
+const recentQuery = `SELECT scope, key, fingerprint, state, attempt, status, lease_until, updated_at, replays, last_replayed_at
+	FROM idem_keys ORDER BY updated_at DESC LIMIT ?1`
+
 // RecentRecords reads through idem_keys_updated, newest first.
 func (d *Driver) RecentRecords(ctx context.Context, limit int) ([]driver.RecentRecord, error) {
 	now := d.nowMS()
-	rows, err := d.r.Query(ctx, `SELECT scope, key, fingerprint, state, attempt, status, lease_until, updated_at, replays, last_replayed_at
-	FROM idem_keys ORDER BY updated_at DESC LIMIT ?1`, limit)
+	rows, err := d.r.Query(ctx, recentQuery, limit)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: recent records: %w", err)
 	}
