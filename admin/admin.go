@@ -75,8 +75,10 @@ type Options struct {
 	// Write enables the reconcile action (idem serve --admin-write).
 	// Without it the page is read-only and refuses every POST but /login.
 	Write bool
-	// Metrics feeds the totals and the chart, and /metrics. Nil: the page
-	// shows only what the database counts, and the chart says so.
+	// Metrics feeds the chart and /metrics, and the totals until some
+	// process reports to the database (Reporter), which then gives the
+	// totals of every gateway. Nil: the page shows only what the database
+	// holds, and the chart says so.
 	Metrics *metrics.Collector
 	// Gatherer serves /metrics. Default: a registry holding Metrics plus
 	// the Go runtime and process collectors; nil Metrics and nil Gatherer
