@@ -73,6 +73,10 @@ type Reporter struct {
 
 type keyID struct{ scope, key string }
 
+// flushTimeout is the least time a background flush is given: a short
+// Every must not cut off a flush on a busy database.
+const flushTimeout = 10 * time.Second
+
 var counterNames = [...]string{CounterDuplicates, CounterReplays, CounterMismatches, CounterReclaims, CounterExpired, CounterLeasesLost}
 
 // NewReporter returns a reporter whose source is this process: its host
@@ -168,7 +172,7 @@ func (r *Reporter) loop(stop <-chan struct{}, done chan<- struct{}) {
 		case <-stop:
 			return
 		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), r.o.Every)
+			ctx, cancel := context.WithTimeout(context.Background(), max(r.o.Every, flushTimeout))
 			if err := r.Flush(ctx); err != nil {
 				r.log.Warn("admin: reporter: flush failed; the next one retries", "err", err)
 			}

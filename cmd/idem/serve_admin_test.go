@@ -19,8 +19,8 @@ func TestServeAdminTotalsFromEveryGateway(t *testing.T) {
 	eachServeDriver(t, func(t *testing.T, driver string) {
 		db := testDB(t, driver)
 		up := upstreamServer(t, newExecUpstream(false, 0))
-		a := startGateway(t, nil, "--upstream", up, "--db", db, "--admin", "127.0.0.1:0", "--hash-keys", "--report-every", "50ms")
-		b := startGateway(t, nil, "--upstream", up, "--db", db, "--report-every", "50ms")
+		a := startGateway(t, nil, "--upstream", up, "--db", db, "--admin", "127.0.0.1:0", "--hash-keys", "--report-every", "200ms")
+		b := startGateway(t, nil, "--upstream", up, "--db", db, "--report-every", "200ms")
 		const key = "order-<7>"
 		for range 2 {
 			if r := sendUntilDone(t, 10*time.Second, b.url+"/charges", `{"amount":1}`, "Idempotency-Key: "+key); r.status != http.StatusCreated {
