@@ -1,9 +1,12 @@
-// Package admin serves a small operator's page for one ledger: totals, a
-// recent-activity chart, parked and stale claims (with a reconcile action
+// Package admin serves a small operator's page for one ledger: records
+// counted in the database and the totals every gateway reported (see
+// Reporter), a recent-activity chart, the most recently updated records
+// with their replays, parked and stale claims (with a reconcile action
 // when writes are allowed), runs stopped between steps (with a resolve
-// action on a started step), dead-lettered jobs once a jobs lister is
-// given, and a search by scope and key. The same handler serves /healthz
-// and /metrics.
+// action on a started step), job queues and dead-lettered jobs once listers
+// are given, and a search by scope and key. The same handler serves
+// /healthz and /metrics. The page reloads itself through a meta refresh,
+// not a script.
 //
 //	h, err := admin.New(l, &admin.Options{Addr: addr, Metrics: m, Write: write, Token: token})
 //	http.ListenAndServe(addr, h)
@@ -73,8 +76,10 @@ type Options struct {
 	// Write enables the reconcile action (idem serve --admin-write).
 	// Without it the page is read-only and refuses every POST but /login.
 	Write bool
-	// Metrics feeds the totals and the chart, and /metrics. Nil: the page
-	// shows only what the database counts, and the chart says so.
+	// Metrics feeds the chart and /metrics, and the totals until some
+	// process reports to the database (Reporter), which then gives the
+	// totals of every gateway. Nil: the page shows only what the database
+	// holds, and the chart says so.
 	Metrics *metrics.Collector
 	// Gatherer serves /metrics. Default: a registry holding Metrics plus
 	// the Go runtime and process collectors; nil Metrics and nil Gatherer
@@ -86,7 +91,11 @@ type Options struct {
 	// JobQueues lists the job queues (paused or not, jobs by state) for
 	// their section; nil leaves the section out.
 	JobQueues JobQueuesFunc
-	// ListLimit bounds the parked, stale and dead-job lists. Default 50.
+	// PauseQueue, with Write, puts pause and resume buttons in the queues
+	// section. Nil: no buttons.
+	PauseQueue PauseQueueFunc
+	// ListLimit bounds the recent, parked, stale and dead-job lists.
+	// Default 50.
 	ListLimit int
 	// CountTimeout bounds the database counts and lists behind one page.
 	// Default 5s.
@@ -218,6 +227,7 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("GET /{$}", s.index)
 	mux.HandleFunc("POST /reconcile", s.reconcile)
 	mux.HandleFunc("POST /reconcile-step", s.reconcileStep)
+	mux.HandleFunc("POST /queues", s.pauseQueue)
 	mux.HandleFunc("GET /login", s.loginForm)
 	mux.HandleFunc("POST /login", s.login)
 	sub, _ := fs.Sub(staticFS, "static")

@@ -2,7 +2,9 @@ package admin_test
 
 import (
 	"context"
+	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	"github.com/idemdev/idem"
 	"github.com/idemdev/idem/admin"
 	"github.com/idemdev/idem/idemtype"
+	"github.com/idemdev/idem/jobs"
 )
 
 const chromiumPath = "/usr/bin/chromium"
@@ -254,5 +257,80 @@ func TestBrowserResolvesAParkedStep(t *testing.T) {
 	}
 	if strings.TrimSpace(state) != "in_progress" || len(steps) != 2 || steps[1].State != idemtype.StepDone || string(steps[1].Result) != `"ch_browser"` {
 		t.Errorf("after resolve: page state %q, steps %+v", state, steps)
+	}
+}
+
+// The browser sees the database totals a second gateway reported, the
+// recent list, the queue's age and a working pause button, and the page
+// refreshes itself through a meta tag (no script) that the refresh links
+// turn off.
+func TestBrowserShowsDatabaseTotalsQueuesAndRefresh(t *testing.T) {
+	ctx := browser(t)
+	bg := context.Background()
+	u := "sqlite:" + filepath.Join(t.TempDir(), "idem.db")
+	a, b := openGateway(t, u), openGateway(t, u)
+	done := mustClaim(t, b.l, idem.Op{Key: hostileKey}, idem.Acquired)
+	if err := b.l.Complete(bg, done, idem.Result{Status: 200}); err != nil {
+		t.Fatal(err)
+	}
+	mustClaim(t, b.l, idem.Op{Key: hostileKey}, idem.Replay)
+	mustClaim(t, b.l, idem.Op{Key: hostileKey}, idem.Replay)
+	if err := b.rep.Flush(bg); err != nil {
+		t.Fatal(err)
+	}
+	c, err := jobs.New(a.l, &jobs.Config{Logger: slog.New(slog.DiscardHandler), Queues: map[string]jobs.QueueConfig{"email": {}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Enqueue(bg, jobs.Raw{Name: "noop", Data: []byte(`{}`)}, &jobs.EnqueueOpts{Queue: "email", RunAt: time.Now().Add(-time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	srv, _ := adminPage(t, a.l, admin.Options{Write: true, JobQueues: admin.LedgerJobQueues(a.l), PauseQueue: admin.LedgerPauseQueue(a.l)})
+
+	text := func(sel string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+		if err != nil {
+			t.Fatalf("%s: %v", sel, err)
+		}
+		return strings.TrimSpace(v)
+	}
+	metaRefresh := func() string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(document.querySelector('meta[http-equiv="refresh"]') || {content: ""}).content`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/?refresh=30"), chromedp.WaitVisible(chromedp.ID("db-totals"))); err != nil {
+		t.Fatal(err)
+	}
+	screenshot(t, ctx, "admin-totals")
+	if d, r, rows := text("#total-duplicates"), text("#total-replays"), text("#recent-list tbody"); d != "2" || r != "2" || !strings.Contains(rows, hostileKey) {
+		t.Errorf("duplicates %q replays %q; recent list (the hostile key as text):\n%s", d, r, rows)
+	}
+	if replays := text("#recent-list .replays"); replays != "2" {
+		t.Errorf("replays of the key: %q, want 2", replays)
+	}
+	if age := text("#queues .age"); !strings.HasPrefix(age, "1h") {
+		t.Errorf("oldest waiting job: %q, want about 1h", age)
+	}
+	if m := metaRefresh(); m != "30; url=/?refresh=30" {
+		t.Errorf("meta refresh %q", m)
+	}
+	err = chromedp.Do(ctx, chromedp.Click(chromedp.ID("refresh-off")), chromedp.WaitVisible(`//b[@id="refresh-current"][text()="off"]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := metaRefresh(); m != "" {
+		t.Errorf("refresh off, yet meta refresh %q", m)
+	}
+	err = chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#queues button.pause`)), chromedp.WaitVisible(chromedp.CSS(`#queues button.resume`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if qs, err := c.Queues(bg); err != nil || len(qs) != 1 || !qs[0].Paused {
+		t.Errorf("after the pause button: %+v %v", qs, err)
 	}
 }

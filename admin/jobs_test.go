@@ -88,7 +88,7 @@ func TestLedgerJobQueues(t *testing.T) {
 	_, body, _ := get(t, client(t), srv.URL+"/")
 	sec := body[strings.Index(body, `<section id="queues">`):]
 	sec = sec[:strings.Index(sec, "</section>")]
-	if !strings.Contains(sec, "<td>email</td><td><strong class=\"paused\">paused</strong> since") || !strings.Contains(sec, "<td>0</td><td>0</td><td>0</td><td>1</td><td>0</td>") {
+	if !strings.Contains(sec, "<tr class=\"queue\"><td>email</td><td><strong class=\"paused\">paused</strong> since") || !strings.Contains(sec, `<td>0</td><td class="age">-</td><td>0</td><td>0</td><td>1</td><td>0</td>`) {
 		t.Errorf("queues section:\n%s", sec)
 	}
 	if _, body, _ := get(t, client(t), serve(t, f, nil).URL+"/"); strings.Contains(body, `<section id="queues">`) {

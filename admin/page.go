@@ -29,6 +29,7 @@ const (
 type page struct {
 	Write    bool
 	Token    bool // a token guards the page (show "log out" hints)
+	HashKeys bool // recent keys are shown as idem.KeyHash
 	CSRF     string
 	Driver   string
 	Limit    int
@@ -42,6 +43,17 @@ type page struct {
 	CountErr string
 	Totals   *metrics.Totals
 	Chart    *chart
+	// DB is what the database counts for every gateway (drivers with
+	// driver.Activity); SourcesMore is how many reporting processes the
+	// page does not list.
+	DB          *dbTotals
+	SourcesMore int
+	Recent      recentSection
+	// Refresh is the meta refresh period in seconds (0: none); Refreshes
+	// the choices offered, RefreshOn whether the links are shown.
+	Refresh   int
+	Refreshes []int
+	RefreshOn bool
 
 	Parked, Stale       []row
 	ParkedErr, StaleErr string
@@ -185,6 +197,15 @@ var funcs = template.FuncMap{
 		return strconv.FormatInt(n, 10)
 	},
 	"stamp": stamp,
+	"age":   age,
+	// refreshOf is the meta refresh period of the page being rendered, for
+	// the layout (0 for pages without one).
+	"refreshOf": func(v any) int {
+		if p, ok := v.(page); ok {
+			return p.Refresh
+		}
+		return 0
+	},
 	"short": func(s string) string {
 		if len(s) > 28 {
 			return s[:28] + "…"
@@ -209,6 +230,9 @@ func (s *server) index(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	p := s.build(w, r, q.Get("scope"), q.Get("key"), q.Has("key"))
 	p.Resolved = q.Has("resolved") && p.Search.Found
+	if !q.Has("key") { // no refresh under a search result: it would reload it for nothing
+		p.RefreshOn, p.Refreshes, p.Refresh = true, refreshChoices, s.refresh(q.Get("refresh"))
+	}
 	s.render(w, http.StatusOK, "index.html", p)
 }
 
@@ -216,14 +240,17 @@ func (s *server) index(w http.ResponseWriter, r *http.Request) {
 func (s *server) build(w http.ResponseWriter, r *http.Request, scope, key string, asked bool) page {
 	ctx, cancel := context.WithTimeout(r.Context(), s.o.CountTimeout)
 	defer cancel()
-	p := page{Write: s.o.Write, Token: s.o.Token != "", Driver: s.l.Driver().Name(), Limit: s.o.ListLimit}
+	p := page{Write: s.o.Write, Token: s.o.Token != "", HashKeys: s.o.HashKeys, Driver: s.l.Driver().Name(), Limit: s.o.ListLimit}
 	if s.o.Write {
 		p.CSRF = s.csrfToken(w, r)
 	}
-	if n, err := s.l.Count(ctx, countCap); err != nil {
-		p.CountErr = err.Error()
-	} else {
-		p.Counts = &n
+	s.activity(ctx, &p)
+	if p.DB == nil {
+		if n, err := s.l.Count(ctx, countCap); err != nil {
+			p.CountErr = err.Error()
+		} else {
+			p.Counts = &n
+		}
 	}
 	if m := s.o.Metrics; m != nil {
 		t := m.Totals()
@@ -234,7 +261,7 @@ func (s *server) build(w http.ResponseWriter, r *http.Request, scope, key string
 	p.Stale, p.StaleErr = s.list(ctx, idemtype.ListFilter{Stale: true, Limit: s.o.ListLimit})
 	p.Runs, p.RunsErr = s.runs(ctx)
 	if s.o.JobQueues != nil {
-		p.Queues.Configured = true
+		p.Queues.Configured, p.Queues.CanPause = true, s.o.Write && s.o.PauseQueue != nil
 		qs, err := s.o.JobQueues(ctx)
 		if err != nil {
 			p.Queues.Err = err.Error()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/idemdev/idem/driver"
 	"github.com/idemdev/idem/idemtype"
@@ -47,16 +48,20 @@ func (c *Client) pause(ctx context.Context, queue string, paused bool) (*idemtyp
 	return &q, nil
 }
 
-// QueueInfo is one queue as operators see it: whether it is paused, and
-// its jobs by state.
+// QueueInfo is one queue as operators see it: whether it is paused, its
+// jobs by state, and how long its oldest due job has waited.
 type QueueInfo struct {
 	idemtype.JobQueue
 	Counts map[idemtype.JobState]int
+	// OldestAvailable is how long ago the oldest available job that is due
+	// became due (by the database's clock); zero when none is waiting, or
+	// the driver does not tell (driver.JobQueueAges).
+	OldestAvailable time.Duration
 }
 
 // Queues returns every queue that has jobs or was ever paused, by name,
-// with whether it is paused now and its jobs by state. It counts every
-// job: for operators, not for a hot path.
+// with whether it is paused now, its jobs by state and the age of its
+// oldest due job. It counts every job: for operators, not for a hot path.
 func (c *Client) Queues(ctx context.Context) ([]QueueInfo, error) {
 	qs, err := c.drv.ListJobQueues(ctx)
 	if err != nil {
@@ -75,6 +80,17 @@ func (c *Client) Queues(ctx context.Context) ([]QueueInfo, error) {
 			byName[name] = &QueueInfo{JobQueue: idemtype.JobQueue{Name: name}}
 		}
 		byName[name].Counts = m
+	}
+	if ag, ok := c.drv.(driver.JobQueueAges); ok {
+		ages, err := ag.OldestAvailableJobAges(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("jobs: list queues: %w", err)
+		}
+		for name, age := range ages {
+			if q := byName[name]; q != nil {
+				q.OldestAvailable = age
+			}
+		}
 	}
 	out := make([]QueueInfo, 0, len(byName))
 	for _, name := range slices.Sorted(maps.Keys(byName)) {

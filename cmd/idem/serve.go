@@ -49,6 +49,7 @@ type serveConfig struct {
 	adminToken                    string
 	adminWrite                    bool
 	pruneEvery                    time.Duration
+	reportEvery                   time.Duration
 	demo, requireKey              bool
 	configFile                    string // --config
 	checkOnly                     bool   // --check
@@ -80,6 +81,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.StringVar(&c.adminToken, "admin-token", "", "`token` required by the admin page (needed when --admin is not loopback; at least 16 bytes)")
 	fs.BoolVar(&c.adminWrite, "admin-write", false, "let the admin page reconcile parked and stale claims")
 	fs.DurationVar(&c.pruneEvery, "prune-every", 10*time.Minute, "run the retention sweep this often (0 disables; see idem prune)")
+	fs.DurationVar(&c.reportEvery, "report-every", 5*time.Second, "store this gateway's counters and per-key replays in the database this often, for every admin page's totals (0 disables)")
 	fs.BoolVar(&c.demo, "demo", false, "also start a built-in demo payments API and forward to it")
 	fs.BoolVar(&c.requireKey, "require-key", false, "answer 400 to a guarded request without a key (default: pass it through)")
 	fs.StringVar(&c.scopeHeader, "scope-header", "Authorization", "request `header` that scopes keys: Authorization (a keyed hash of its value), hmac:NAME (a keyed hash of header NAME, e.g. hmac:X-Api-Key), another header such as X-Tenant-ID (its value), or none (one shared scope)")
@@ -373,6 +375,11 @@ func (c *serveConfig) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr 
 	c.ledgerOpts.Logger, c.ledgerOpts.HashKeysInLogs = log, c.log.hashKeys
 	m := metrics.New(c.driver)
 	c.ledgerOpts.Observer = m.FaceObserver(metrics.FaceGateway)
+	var rep *admin.Reporter
+	if c.reportEvery > 0 {
+		rep = admin.NewReporter(&admin.ReporterOptions{Every: c.reportEvery, Logger: log})
+		c.ledgerOpts.Observer = idem.Observers(c.ledgerOpts.Observer, rep.Observer())
+	}
 	// withRuntime gives a policy what the process has: its log and metrics.
 	withRuntime := func(o *idemhttp.Options) {
 		o.Logger = log
@@ -405,6 +412,13 @@ func (c *serveConfig) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr 
 	}
 	defer l.Close()
 	m.CountFrom(l, nil)
+	if rep != nil {
+		if err := rep.Start(l); err != nil {
+			log.Warn("idem serve: the admin page's totals will not include this gateway", "err", err)
+		} else {
+			defer rep.Close() // before l.Close: the last flush
+		}
+	}
 	if c.pruneEvery > 0 {
 		pctx, stopPrune := context.WithCancel(ctx)
 		defer stopPrune()
@@ -489,7 +503,7 @@ func (c *serveConfig) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr 
 		}
 		ao := c.adminOptions()
 		ao.Metrics, ao.Logger, ao.DeadJobs = m, log, admin.LedgerDeadJobs(l)
-		ao.JobQueues = admin.LedgerJobQueues(l)
+		ao.JobQueues, ao.PauseQueue, ao.HashKeys = admin.LedgerJobQueues(l), admin.LedgerPauseQueue(l), c.log.hashKeys
 		ah, err := admin.New(l, ao)
 		if err != nil {
 			srv.Close()

@@ -151,6 +151,7 @@ var cases = []testCase{
 	{"Offsets", testOffsets},
 	{"Steps", testSteps},
 	{"StepResolve", testStepResolve},
+	{"Activity", testActivity},
 }
 
 // Run runs the conformance suite against one driver.
