@@ -305,18 +305,29 @@ func (s *server) list(ctx context.Context, f idemtype.ListFilter) ([]row, string
 // maxFormBody bounds a reconcile form: the result body plus the fields.
 const maxFormBody = 1<<20 + 16<<10
 
-func (s *server) reconcile(w http.ResponseWriter, r *http.Request) {
-	if !s.o.Write {
-		http.Error(w, "idem admin is read-only: start it with --admin-write to reconcile from the page", http.StatusForbidden)
-		return
+// writeForm admits a state-changing POST, or answers it and returns false:
+// allowed only with Options.Write (and enabled, when the action needs more
+// than Write), a form of at most limit bytes that parses, and a valid form
+// token. The cross-origin check runs before, for every POST.
+func (s *server) writeForm(w http.ResponseWriter, r *http.Request, enabled bool, limit int64, what string) bool {
+	if !s.o.Write || !enabled {
+		http.Error(w, "idem admin is read-only: start it with --admin-write to "+what+" from the page", http.StatusForbidden)
+		return false
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, maxFormBody)
+	r.Body = http.MaxBytesReader(w, r.Body, limit)
 	if err := r.ParseForm(); err != nil {
 		http.Error(w, "idem admin: bad form: "+err.Error(), http.StatusBadRequest)
-		return
+		return false
 	}
 	if !s.csrfOK(r) {
 		http.Error(w, "idem admin: the form token is missing or stale; reload the page and try again", http.StatusForbidden)
+		return false
+	}
+	return true
+}
+
+func (s *server) reconcile(w http.ResponseWriter, r *http.Request) {
+	if !s.writeForm(w, r, true, maxFormBody, "reconcile") {
 		return
 	}
 	scope, key := r.PostForm.Get("scope"), r.PostForm.Get("key")

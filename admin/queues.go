@@ -86,17 +86,7 @@ type queuesSection struct {
 // pauseQueue is the pause and resume buttons' POST: refused without
 // Write, without a PauseQueue, and without the form token.
 func (s *server) pauseQueue(w http.ResponseWriter, r *http.Request) {
-	if !s.o.Write || s.o.PauseQueue == nil {
-		http.Error(w, "idem admin is read-only: start it with --admin-write to pause or resume queues from the page", http.StatusForbidden)
-		return
-	}
-	r.Body = http.MaxBytesReader(w, r.Body, 16<<10)
-	if err := r.ParseForm(); err != nil {
-		http.Error(w, "idem admin: bad form: "+err.Error(), http.StatusBadRequest)
-		return
-	}
-	if !s.csrfOK(r) {
-		http.Error(w, "idem admin: the form token is missing or stale; reload the page and try again", http.StatusForbidden)
+	if !s.writeForm(w, r, s.o.PauseQueue != nil, 16<<10, "pause or resume queues") {
 		return
 	}
 	queue, action := r.PostForm.Get("queue"), r.PostForm.Get("action")

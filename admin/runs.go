@@ -79,17 +79,7 @@ func (s *server) runs(ctx context.Context) ([]runRow, string) {
 // (idem.Ledger.ResolveStep), after a review page, with the protections of
 // reconcile: Write, the form token, and (for every POST) same origin.
 func (s *server) reconcileStep(w http.ResponseWriter, r *http.Request) {
-	if !s.o.Write {
-		http.Error(w, "idem admin is read-only: start it with --admin-write to reconcile from the page", http.StatusForbidden)
-		return
-	}
-	r.Body = http.MaxBytesReader(w, r.Body, maxFormBody)
-	if err := r.ParseForm(); err != nil {
-		http.Error(w, "idem admin: bad form: "+err.Error(), http.StatusBadRequest)
-		return
-	}
-	if !s.csrfOK(r) {
-		http.Error(w, "idem admin: the form token is missing or stale; reload the page and try again", http.StatusForbidden)
+	if !s.writeForm(w, r, true, maxFormBody, "reconcile") {
 		return
 	}
 	f := r.PostForm

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Executor runs a driver's statements: on the driver's own connections, or
@@ -104,6 +105,24 @@ func ScanAll[T any](rows Rows, scan func(Row) (T, error)) ([]T, error) {
 			return nil, err
 		}
 		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+// ScanAges reads rows of (name, milliseconds) into durations by name, as
+// the queues' oldest-job ages come back from both dialects.
+func ScanAges(rows Rows) (map[string]time.Duration, error) {
+	defer rows.Close()
+	out := map[string]time.Duration{}
+	for rows.Next() {
+		var (
+			name string
+			ms   int64
+		)
+		if err := rows.Scan(&name, &ms); err != nil {
+			return nil, err
+		}
+		out[name] = time.Duration(ms) * time.Millisecond
 	}
 	return out, rows.Err()
 }

@@ -141,20 +141,9 @@ func (d *Driver) OldestAvailableJobAges(ctx context.Context) (map[string]time.Du
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: oldest jobs: %w", err)
 	}
-	type age struct {
-		q  string
-		ms int64
-	}
-	ages, err := driver.ScanAll(rows, func(r driver.Row) (age, error) {
-		var a age
-		return a, r.Scan(&a.q, &a.ms)
-	})
+	ages, err := driver.ScanAges(rows)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: oldest jobs: %w", err)
 	}
-	out := make(map[string]time.Duration, len(ages))
-	for _, a := range ages {
-		out[a.q] = time.Duration(a.ms) * time.Millisecond
-	}
-	return out, nil
+	return ages, nil
 }
