@@ -412,14 +412,19 @@ func (s *server) reconcile(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusInternalServerError, err.Error())
 		return
 	}
-	logKey := key
-	if s.o.HashKeys {
-		logKey = idem.KeyHash(key)
-	}
-	s.log.InfoContext(r.Context(), "operator resolved a claim from the admin page", "scope", scope, "key", logKey,
+	s.log.InfoContext(r.Context(), "operator resolved a claim from the admin page", "scope", scope, "key", s.logKey(key),
 		"fingerprint", rec.Fingerprint, "attempt", rec.Attempt, "as", string(as), "status", status,
 		"body_bytes", len(body), "force", force, "remote", r.RemoteAddr)
 	http.Redirect(w, r, "/?"+url.Values{"scope": {scope}, "key": {key}, "resolved": {""}}.Encode(), http.StatusSeeOther)
+}
+
+// logKey is key as an operator action's log line shows it: hashed with
+// Options.HashKeys, as the ledger logs keys.
+func (s *server) logKey(key string) string {
+	if s.o.HashKeys {
+		return idem.KeyHash(key)
+	}
+	return key
 }
 
 // liveLease is the refusal of a reconcile under a live lease.

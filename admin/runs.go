@@ -149,11 +149,7 @@ func (s *server) reconcileStep(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusInternalServerError, err.Error())
 		return
 	}
-	logKey := key
-	if s.o.HashKeys {
-		logKey = idem.KeyHash(key)
-	}
-	s.log.InfoContext(r.Context(), "operator resolved a step from the admin page", "scope", scope, "key", logKey,
+	s.log.InfoContext(r.Context(), "operator resolved a step from the admin page", "scope", scope, "key", s.logKey(key),
 		"fingerprint", rec.Fingerprint, "attempt", rec.Attempt, "step", step, "as", res.As.String(),
 		"result_bytes", len(result), "force", res.Force, "remote", r.RemoteAddr)
 	http.Redirect(w, r, "/?"+url.Values{"scope": {scope}, "key": {key}, "resolved": {""}}.Encode(), http.StatusSeeOther)
