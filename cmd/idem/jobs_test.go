@@ -326,7 +326,7 @@ func TestJobsPauseResume(t *testing.T) {
 	}
 	r = opRun(t, "", "jobs", "queues", "--db", s.url).must(t, 0)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	if len(lines) != 3 || !strings.Contains(lines[0], "STATUS") || !strings.Contains(lines[1], "email") || !strings.Contains(lines[1], "paused just now") ||
+	if len(lines) != 3 || !strings.Contains(lines[0], "STATUS") || !strings.Contains(lines[0], "OLDEST WAITING") || !strings.Contains(lines[1], "email") || !strings.Contains(lines[1], "paused just now") ||
 		!strings.Contains(lines[2], "reports") {
 		t.Fatalf("queues:\n%s", r.stdout)
 	}

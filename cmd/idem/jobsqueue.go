@@ -23,6 +23,9 @@ type queueJSON struct {
 	Paused   bool                      `json:"paused"`
 	PausedAt *time.Time                `json:"paused_at,omitempty"`
 	Jobs     map[idemtype.JobState]int `json:"jobs,omitempty"`
+	// OldestWaitingMS is how long the oldest due available job has
+	// waited, in milliseconds; absent when none is waiting.
+	OldestWaitingMS int64 `json:"oldest_waiting_ms,omitempty"`
 }
 
 func toQueueJSON(q idemtype.JobQueue, counts map[idemtype.JobState]int) queueJSON {
@@ -101,7 +104,8 @@ func runJobsQueues(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs := newFlagSet("jobs queues", jobsQueuesUsage, stderr)
 	setUsage(fs, jobsQueuesUsage, `
 Lists every queue that has jobs or was ever paused: whether it is paused,
-and its jobs by state. It counts every job, so it reads the whole table.
+how long its oldest due job has waited, and its jobs by state. It counts
+every job, so it reads the whole table.
 
   idem jobs queues
   idem jobs queues --json | jq '.[] | select(.paused)'`)
@@ -128,17 +132,22 @@ and its jobs by state. It counts every job, so it reads the whole table.
 		out := make([]queueJSON, len(qs))
 		for i, q := range qs {
 			out[i] = toQueueJSON(q.JobQueue, q.Counts)
+			out[i].OldestWaitingMS = q.OldestAvailable.Milliseconds()
 		}
 		err = writeJSON(stdout, out)
 	} else {
-		header := []string{"QUEUE", "STATUS"}
+		header := []string{"QUEUE", "STATUS", "OLDEST WAITING"}
 		for _, s := range jobStates {
 			header = append(header, string(s))
 		}
 		t := newTable(stdout, header...)
 		now := time.Now()
 		for _, q := range qs {
-			row := []string{q.Name, queueStatus(q, now)}
+			oldest := "-"
+			if q.OldestAvailable > 0 {
+				oldest = q.OldestAvailable.Round(time.Second).String()
+			}
+			row := []string{q.Name, queueStatus(q, now), oldest}
 			for _, s := range jobStates {
 				row = append(row, strconv.Itoa(q.Counts[s]))
 			}
