@@ -18,6 +18,7 @@ import (
 
 	"github.com/idemdev/idem"
 	"github.com/idemdev/idem/driver"
+	"github.com/idemdev/idem/metrics"
 )
 
 // Counter names a Reporter stores, summed over sources by the page.
@@ -99,32 +100,22 @@ func NewReporter(opts *ReporterOptions) *Reporter {
 // Source is the name this process reports under.
 func (r *Reporter) Source() string { return r.source }
 
-// Observer counts claims and lost leases as metrics.Collector does. It
-// never blocks on I/O.
+// Observer counts claims (by metrics.ClassifyClaim) and lost leases as
+// metrics.Collector does. It never blocks on I/O.
 func (r *Reporter) Observer() idem.Observer {
 	return func(_ context.Context, e idem.Event) {
 		switch e.Kind {
 		case idem.EventLeaseLost:
 			r.counts[5].Add(1)
 		case idem.EventClaim:
-			if errors.Is(e.Err, idem.ErrExpired) {
-				r.counts[4].Add(1)
+			k := metrics.ClassifyClaim(e)
+			for i, on := range [...]bool{k.Duplicate, k.Replay, k.Mismatch, k.Reclaim, k.Expired} {
+				if on {
+					r.counts[i].Add(1)
+				}
 			}
-			switch e.Outcome {
-			case idem.Replay:
-				if e.Err == nil {
-					r.counts[0].Add(1)
-					r.counts[1].Add(1)
-					r.replayed(e.Op.Scope, e.Op.Key)
-				}
-			case idem.InFlight:
-				if e.Err == nil {
-					r.counts[0].Add(1)
-				}
-			case idem.Mismatch:
-				r.counts[2].Add(1)
-			case idem.Reclaimed:
-				r.counts[3].Add(1)
+			if k.Replay {
+				r.replayed(e.Op.Scope, e.Op.Key)
 			}
 		}
 	}

@@ -76,27 +76,55 @@ func (c *Collector) claimed(face string, e idem.Event) {
 	c.claims.WithLabelValues(face, outcome).Inc()
 	c.claimSeconds.WithLabelValues(face, outcome).Observe(e.Took.Seconds())
 	c.totals.claim(outcome)
-	switch e.Outcome {
-	case idem.Replay, idem.InFlight:
-		if e.Err == nil {
-			c.duplicates.WithLabelValues(face).Inc()
-			c.totals.duplicates.Add(1)
-			c.history.add(func(s *Sample) { s.DuplicatesPrevented++ })
-		}
-	case idem.Mismatch:
+	k := ClassifyClaim(e)
+	if k.Duplicate {
+		c.duplicates.WithLabelValues(face).Inc()
+		c.totals.duplicates.Add(1)
+		c.history.add(func(s *Sample) { s.DuplicatesPrevented++ })
+	}
+	if k.Mismatch {
 		c.totals.mismatches.Add(1)
 		c.history.add(func(s *Sample) { s.Mismatches++ })
-	case idem.Reclaimed:
+	}
+	if k.Reclaim {
 		c.totals.reclaims.Add(1)
 		c.history.add(func(s *Sample) { s.Reclaims++ })
-	case idem.Parked:
+	}
+	if e.Outcome == idem.Parked {
 		c.totals.parked.Add(1)
 	}
-	if errors.Is(e.Err, idem.ErrExpired) {
+	if k.Expired {
 		c.expiredReplays.WithLabelValues(face).Inc()
 		c.totals.expired.Add(1)
 		c.history.add(func(s *Sample) { s.ExpiredReplays++ })
 	}
+}
+
+// ClaimKind says which of the operator's counters one claim event adds
+// to: the Collector's totals and the admin page's per-process reports
+// count claims by it.
+type ClaimKind struct {
+	Duplicate bool // not run again: a replay or an in-flight rejection
+	Replay    bool // answered with a stored result
+	Mismatch  bool // the key reused with another request
+	Reclaim   bool // a stale claim taken over
+	Expired   bool // a retry after the key's replay window
+}
+
+// ClassifyClaim sorts an idem.EventClaim event (see ClaimKind).
+func ClassifyClaim(e idem.Event) ClaimKind {
+	var k ClaimKind
+	switch e.Outcome {
+	case idem.Replay, idem.InFlight:
+		k.Duplicate = e.Err == nil
+		k.Replay = k.Duplicate && e.Outcome == idem.Replay
+	case idem.Mismatch:
+		k.Mismatch = true
+	case idem.Reclaimed:
+		k.Reclaim = true
+	}
+	k.Expired = errors.Is(e.Err, idem.ErrExpired)
+	return k
 }
 
 func (c *Collector) reconciled(face, by, verdict string) {
