@@ -2,7 +2,6 @@ package bench
 
 import (
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 
@@ -44,12 +43,7 @@ func TestCyclesSQLite(t *testing.T) {
 
 func TestCyclesPostgres(t *testing.T) {
 	t.Parallel()
-	if _, ok := pgtest.Available(); !ok {
-		if os.Getenv(pgtest.RequireEnv) == "1" {
-			t.Fatalf("no PostgreSQL binaries, and %s=1", pgtest.RequireEnv)
-		}
-		t.Skip("no PostgreSQL binaries")
-	}
+	pgtest.RequireBinaries(t)
 	res, err := Run(t.Context(), &Options{DB: "postgres", Groups: []string{GroupCycles}, Keys: 2000})
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -58,12 +57,7 @@ func TestScaleSQLite(t *testing.T) {
 // `idem bench --rows scale --db postgres` does.
 func TestScalePostgres(t *testing.T) {
 	t.Parallel()
-	if _, ok := pgtest.Available(); !ok {
-		if os.Getenv(pgtest.RequireEnv) == "1" {
-			t.Fatalf("no PostgreSQL binaries, and %s=1", pgtest.RequireEnv)
-		}
-		t.Skip("no PostgreSQL binaries")
-	}
+	pgtest.RequireBinaries(t)
 	c := []int{1, 4}
 	res, err := Run(t.Context(), &Options{DB: "postgres", Groups: []string{GroupScale}, Keys: 2000, Duration: 500 * time.Millisecond, Concurrency: c})
 	if err != nil {

@@ -28,9 +28,7 @@ func benchURL(b *testing.B, top *testing.B, driver string, cluster **pgtest.Clus
 	if driver == "sqlite" {
 		return "sqlite:" + filepath.Join(b.TempDir(), "bench.db")
 	}
-	if _, ok := pgtest.Available(); !ok {
-		b.Skip("pgtest: PostgreSQL binaries not found")
-	}
+	pgtest.RequireBinaries(b)
 	if *cluster == nil {
 		c, err := pgtest.Start(context.Background(), &pgtest.Options{Fsync: true})
 		if err != nil {

@@ -106,12 +106,7 @@ func serveCommand(t *testing.T) []string {
 
 func requirePostgres(t *testing.T) {
 	t.Helper()
-	if _, ok := pgtest.Available(); !ok {
-		if os.Getenv(pgtest.RequireEnv) == "1" {
-			t.Fatalf("PostgreSQL binaries not found, and %s=1", pgtest.RequireEnv)
-		}
-		t.Skip("PostgreSQL binaries not found")
-	}
+	pgtest.RequireBinaries(t)
 }
 
 // TestScenarios runs every scenario, small, on each driver: each must

@@ -19,9 +19,7 @@ import (
 // claim+complete pairs. `idem bench --db postgres` prints the same next to
 // hand-written SQL; this one is for go test -cpuprofile.
 func BenchmarkClaimComplete(b *testing.B) {
-	if _, ok := pgtest.Available(); !ok {
-		b.Skip("pgtest: PostgreSQL binaries not found")
-	}
+	pgtest.RequireBinaries(b)
 	ctx := context.Background()
 	c, err := pgtest.Start(ctx, &pgtest.Options{Fsync: true})
 	if err != nil {

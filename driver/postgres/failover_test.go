@@ -26,9 +26,7 @@ import (
 // none has two effects; the jobs listener ends on the dead primary and
 // listens again on the new one.
 func TestFailover(t *testing.T) {
-	if _, ok := pgtest.Available(); !ok {
-		t.Skip("PostgreSQL binaries not found")
-	}
+	pgtest.RequireBinaries(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	pair, err := pgtest.StartPair(ctx, nil)

@@ -16,9 +16,7 @@ import (
 // TestMain to close a shared one) and opens a migrated driver on it.
 func openPrivate(t *testing.T) *postgres.Driver {
 	t.Helper()
-	if _, ok := pgtest.Available(); !ok {
-		t.Skip("pgtest: PostgreSQL binaries not found")
-	}
+	pgtest.RequireBinaries(t)
 	ctx := context.Background()
 	c, err := pgtest.Start(ctx, nil)
 	if err != nil {

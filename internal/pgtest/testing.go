@@ -57,13 +57,7 @@ func Run(m *testing.M) int {
 // must not run in parallel with other tests using it.
 func Shared(t testing.TB) *Cluster {
 	t.Helper()
-	if _, ok := Available(); !ok {
-		msg := "pgtest: PostgreSQL binaries (initdb, pg_ctl, postgres) not found on PATH or under /usr/lib/postgresql/*/bin"
-		if os.Getenv(RequireEnv) == "1" {
-			t.Fatalf("%s, and %s=1", msg, RequireEnv)
-		}
-		t.Skipf("%s; skipping (set %s=1 to fail instead)", msg, RequireEnv)
-	}
+	RequireBinaries(t)
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
 	if !shared.started {
@@ -90,6 +84,20 @@ func Shared(t testing.TB) *Cluster {
 		t.Fatalf("pgtest: restarting the shared PostgreSQL cluster: %v", err)
 	}
 	return shared.c
+}
+
+// RequireBinaries skips t when the PostgreSQL binaries are missing, or
+// fails it if IDEM_REQUIRE_POSTGRES=1: for tests that start clusters of
+// their own (Start, StartPair, a command that does) rather than use Shared.
+func RequireBinaries(t testing.TB) {
+	t.Helper()
+	if _, ok := Available(); !ok {
+		msg := "pgtest: PostgreSQL binaries (initdb, pg_ctl, postgres) not found on PATH or under /usr/lib/postgresql/*/bin"
+		if os.Getenv(RequireEnv) == "1" {
+			t.Fatalf("%s, and %s=1", msg, RequireEnv)
+		}
+		t.Skipf("%s; skipping (set %s=1 to fail instead)", msg, RequireEnv)
+	}
 }
 
 // NewDB creates a fresh database with a unique name on the shared cluster
