@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/idemdev/idem"
 )
@@ -27,23 +30,147 @@ type storedMeta struct {
 }
 
 // storedResult builds the ledger result for a response: status, the
-// allow-listed headers, and the body.
+// allow-listed headers, and the body. Its meta is what json.Marshal makes of
+// a storedMeta (appendMeta), without the map and the reflection.
 func (c *config) storedResult(status int, h http.Header, body []byte) idem.Result {
-	m := storedMeta{V: 1, Header: http.Header{}}
+	var stack [16]metaHeader // most responses keep a few headers: no allocation
+	kept := stack[:0]
+	size := len(`{"v":1,"h":{}}`)
 	for name, vals := range h {
-		if name := http.CanonicalHeaderKey(name); c.allow[name] || name == "Content-Encoding" { // see encoding.go
-			m.Header[name] = vals
+		canon := http.CanonicalHeaderKey(name)
+		if !c.allow[canon] && canon != "Content-Encoding" { // see encoding.go
+			continue
+		}
+		kept = append(kept, metaHeader{name: canon, raw: name, vals: vals})
+		size += len(canon) + 6
+		for _, v := range vals {
+			size += len(v) + 3
 		}
 	}
-	meta, _ := json.Marshal(m)
-	return idem.Result{Status: status, Meta: meta, Body: body}
+	return idem.Result{Status: status, Meta: appendMeta(make([]byte, 0, size), kept, ""), Body: body}
 }
 
 // notStoredResult records that the key completed with status but its
 // response cannot be replayed.
 func notStoredResult(status int, why string) idem.Result {
-	meta, _ := json.Marshal(storedMeta{V: 1, NotStored: why})
-	return idem.Result{Status: status, Meta: meta}
+	return idem.Result{Status: status, Meta: appendMeta(nil, nil, why)}
+}
+
+// metaHeader is one stored header: its canonical name, the name it had in
+// the response's map, and its values.
+type metaHeader struct {
+	name, raw string
+	vals      []string
+}
+
+// appendMeta appends to dst the bytes json.Marshal gives for
+// storedMeta{V: 1, Header: h, NotStored: notStored}, where h maps each
+// name in hs to its values: the names sorted, every string escaped as
+// encoding/json escapes it (HTML characters, invalid UTF-8, U+2028 and
+// U+2029 included). Two entries of hs with one name (a map with "foo" and
+// "Foo") are one header, as in an http.Header built from them; the one
+// under its canonical spelling wins. hs is sorted in place.
+func appendMeta(dst []byte, hs []metaHeader, notStored string) []byte {
+	dst = append(dst, `{"v":1`...)
+	if len(hs) > 0 {
+		slices.SortFunc(hs, func(a, b metaHeader) int {
+			if c := strings.Compare(a.name, b.name); c != 0 {
+				return c
+			}
+			// Of two spellings of one name, the canonical one first.
+			switch ac, bc := a.raw == a.name, b.raw == b.name; {
+			case ac && !bc:
+				return -1
+			case bc && !ac:
+				return 1
+			}
+			return strings.Compare(a.raw, b.raw)
+		})
+		dst = append(dst, `,"h":{`...)
+		for i, e := range hs {
+			if i > 0 && hs[i-1].name == e.name {
+				continue
+			}
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = appendJSONString(dst, e.name)
+			dst = append(dst, ':')
+			if e.vals == nil {
+				dst = append(dst, "null"...)
+				continue
+			}
+			dst = append(dst, '[')
+			for j, v := range e.vals {
+				if j > 0 {
+					dst = append(dst, ',')
+				}
+				dst = appendJSONString(dst, v)
+			}
+			dst = append(dst, ']')
+		}
+		dst = append(dst, '}')
+	}
+	if notStored != "" {
+		dst = append(dst, `,"not_stored":`...)
+		dst = appendJSONString(dst, notStored)
+	}
+	return append(dst, '}')
+}
+
+// appendJSONString appends s quoted as encoding/json quotes a string: \"
+// and \\ escaped, control characters as \b \f \n \r \t or \u00XX, <, >
+// and & as \u003c \u003e \u0026, each invalid UTF-8 byte as \ufffd, and
+// U+2028, U+2029 as \u2028, \u2029. Its equality with json.Marshal is
+// fuzzed (FuzzAppendMeta).
+func appendJSONString(dst []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		if b := s[i]; b < utf8.RuneSelf {
+			if b >= ' ' && b != '"' && b != '\\' && b != '<' && b != '>' && b != '&' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch b {
+			case '\\', '"':
+				dst = append(dst, '\\', b)
+			case '\b':
+				dst = append(dst, '\\', 'b')
+			case '\f':
+				dst = append(dst, '\\', 'f')
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hex[b>>4], hex[b&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		c, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case c == utf8.RuneError && size == 1:
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+		case c == '\u2028' || c == '\u2029':
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hex[c&0xF])
+		default:
+			i += size
+			continue
+		}
+		i += size
+		start = i
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
 }
 
 // writeReplay answers a retry from the ledger: the stored status and body
