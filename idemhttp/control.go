@@ -18,8 +18,11 @@ const (
 	verdictUnknown                // the effect may or may not have happened
 )
 
-// control is what a guarded handler reaches through its request context.
+// control is what a guarded handler reaches through its request context,
+// and that context itself: the request's, which it wraps, with the
+// control as the value of controlKey (a context.WithValue saved).
 type control struct {
+	context.Context
 	l       *idem.Ledger // lease-bound mode only: Steps
 	claim   *idem.Claim
 	tx      *sql.Tx
@@ -27,6 +30,14 @@ type control struct {
 }
 
 type controlKey struct{}
+
+// Value is the control for controlKey, else the wrapped context's value.
+func (c *control) Value(key any) any {
+	if _, ok := key.(controlKey); ok {
+		return c
+	}
+	return c.Context.Value(key)
+}
 
 func controlFrom(ctx context.Context) *control {
 	c, _ := ctx.Value(controlKey{}).(*control)

@@ -20,13 +20,14 @@ import (
 // start is when the middleware took the request, for AddedLatency.
 func (g *guard) serveLease(w http.ResponseWriter, r *http.Request, next http.Handler, op idem.Op, start time.Time) {
 	deadline := time.Now().Add(g.cfg.waitTimeout)
+	base := context.WithoutCancel(r.Context()) // every ledger call below is detached from the client
 	for {
-		ctx, cancel := detached(r)
+		ctx, cancel := ledgerContext(base)
 		sent := time.Now() // the lease starts no earlier
 		c, err := g.l.Claim(ctx, op)
 		cancel()
 		if err == nil && c.Outcome.Held() {
-			if took := g.runLease(w, r, next, c, sent); took > 0 && g.cfg.addedLatency != nil {
+			if took := g.runLease(w, r, base, next, c, sent); took > 0 && g.cfg.addedLatency != nil {
 				g.cfg.addedLatency(max(time.Since(start)-took, 0))
 			}
 			return
@@ -39,13 +40,45 @@ func (g *guard) serveLease(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 }
 
+// leaseRun is a guarded request's state while its handler runs under a
+// lease, in one allocation: the handler's control, which is its context
+// too, and the loop that heartbeats the lease, whose Holder it is.
+type leaseRun struct {
+	ctl   control
+	lost  context.CancelCauseFunc // cancels ctl's context
+	alive keepalive.Loop
+}
+
+// Heartbeat extends the claim's lease.
+func (lr *leaseRun) Heartbeat(ctx context.Context) error {
+	return lr.ctl.l.Heartbeat(ctx, lr.ctl.claim)
+}
+
+// Fenced reports whether another attempt took the key.
+func (lr *leaseRun) Fenced(err error) bool { return errors.Is(err, idem.ErrLeaseLost) }
+
+// Lost cancels the handler's context with idem.ErrLeaseLost: the lease is
+// lost (the process paused past its lease and another took the key) or can
+// no longer be trusted (no heartbeat got through for a whole lease).
+func (lr *leaseRun) Lost(error) { lr.lost(fmt.Errorf("idemhttp: %w", idem.ErrLeaseLost)) }
+
+// Failed ignores a heartbeat that failed short of losing the lease: the
+// next one retries.
+func (lr *leaseRun) Failed(error) {}
+
 // runLease runs the handler under c and settles the key; it returns how long
-// a forwarded call's upstream took (0 for a handler).
-func (g *guard) runLease(w http.ResponseWriter, r *http.Request, next http.Handler, c *idem.Claim, sent time.Time) (upstream time.Duration) {
-	ctl := &control{l: g.l, claim: c}
-	ctx, cancel := context.WithCancelCause(context.WithValue(r.Context(), controlKey{}, ctl))
+// a forwarded call's upstream took (0 for a handler). base is r's context
+// without its cancellation, for the ledger calls.
+func (g *guard) runLease(w http.ResponseWriter, r *http.Request, base context.Context, next http.Handler, c *idem.Claim, sent time.Time) (upstream time.Duration) {
+	lr := new(leaseRun)
+	ctl := &lr.ctl
+	ctl.l, ctl.claim = g.l, c
+	var cancel context.CancelCauseFunc
+	ctl.Context, cancel = context.WithCancelCause(r.Context())
 	defer cancel(nil)
-	stop := g.keepAlive(context.WithoutCancel(r.Context()), c, sent, cancel)
+	lr.lost = cancel
+	// Heartbeats while the handler runs (see internal/keepalive).
+	lr.alive.Start(base, c.Op.Lease, sent, lr)
 	rec := newRecorder(w, g.cfg.maxResponse, true)
 	rec.proxy = g.fwd != nil
 	defer rec.close()
@@ -59,18 +92,18 @@ func (g *guard) runLease(w http.ResponseWriter, r *http.Request, next http.Handl
 			return
 		}
 		v := recover() // nil when the handler called runtime.Goexit
-		stop()
-		g.afterPanic(r, c, ctl, rec, v)
+		lr.alive.Stop()
+		g.afterPanic(r, base, c, ctl, rec, v)
 		if v != nil {
 			panic(v)
 		}
 	}()
-	upstream = g.handle(rec, r.WithContext(ctx), next, ctl)
+	upstream = g.handle(rec, r.WithContext(ctl), next, ctl)
 	returned = true
-	stop()
+	lr.alive.Stop()
 
 	crashpoint.Hit(crashpoint.AfterCall)
-	g.finishLease(r, c, g.decide(ctl, rec), rec)
+	g.finishLease(base, c, g.decide(ctl, rec), rec)
 	rec.send()
 	return upstream
 }
@@ -80,18 +113,19 @@ func (g *guard) runLease(w http.ResponseWriter, r *http.Request, next http.Handl
 // already got the status, the handler did answer: the key is done, not
 // replayable. Otherwise the outcome is unknown and the claim is left to its
 // lease.
-func (g *guard) afterPanic(r *http.Request, c *idem.Claim, ctl *control, rec *recorder, v any) {
+func (g *guard) afterPanic(r *http.Request, base context.Context, c *idem.Claim, ctl *control, rec *recorder, v any) {
 	if !rec.held() {
-		g.finishLease(r, c, g.decide(ctl, rec), rec)
+		g.finishLease(base, c, g.decide(ctl, rec), rec)
 		return
 	}
 	g.logOp(r.Context(), slog.LevelWarn, "handler panicked; outcome unknown, claim left to its lease", c.Op, c.Token, slog.Any("panic", v))
 }
 
 // finishLease records the decided action. It runs detached from the
-// client, so a client that went away cannot stop it half way.
-func (g *guard) finishLease(r *http.Request, c *idem.Claim, act action, rec *recorder) {
-	ctx, cancel := detached(r)
+// client (base is the request's context without its cancellation), so a
+// client that went away cannot stop it half way.
+func (g *guard) finishLease(base context.Context, c *idem.Claim, act action, rec *recorder) {
+	ctx, cancel := ledgerContext(base)
 	defer cancel()
 	status := cmp.Or(rec.status, http.StatusOK)
 	var err error
@@ -137,18 +171,4 @@ func (g *guard) complete(ctx context.Context, tx *sql.Tx, c *idem.Claim, res ide
 		return g.l.Fail(ctx, c, res)
 	}
 	return g.l.Complete(ctx, c, res)
-}
-
-// keepAlive heartbeats c while the handler runs (see internal/keepalive),
-// and cancels the handler's context with idem.ErrLeaseLost once the lease
-// is lost (the process paused past its lease and another took the key) or
-// can no longer be trusted (no heartbeat got through for a whole lease).
-func (g *guard) keepAlive(ctx context.Context, c *idem.Claim, sent time.Time, lost context.CancelCauseFunc) (stop func()) {
-	return keepalive.Start(ctx, keepalive.Config{
-		Lease:     c.Op.Lease,
-		Granted:   sent,
-		Heartbeat: func(ctx context.Context) error { return g.l.Heartbeat(ctx, c) },
-		Fenced:    func(err error) bool { return errors.Is(err, idem.ErrLeaseLost) },
-		Lost:      func(error) { lost(fmt.Errorf("idemhttp: %w", idem.ErrLeaseLost)) },
-	})
 }

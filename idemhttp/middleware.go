@@ -130,7 +130,13 @@ func (g *guard) serve(w http.ResponseWriter, r *http.Request, next http.Handler)
 // detached is the request's context without its cancellation: a client
 // that goes away must not cancel a claim or a completion half way.
 func detached(r *http.Request) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(r.Context()), ledgerTimeout)
+	return ledgerContext(context.WithoutCancel(r.Context()))
+}
+
+// ledgerContext bounds one ledger call made on a request's behalf; base is
+// the request's context without its cancellation.
+func ledgerContext(base context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(base, ledgerTimeout)
 }
 
 // enter takes an in-flight token, if MaxInFlight asks for one; ok is

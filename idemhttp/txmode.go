@@ -51,12 +51,12 @@ func (g *guard) serveTx(w http.ResponseWriter, r *http.Request, next http.Handle
 }
 
 func (g *guard) runTx(ctx context.Context, w http.ResponseWriter, r *http.Request, next http.Handler, tx *ledgerTx, c *idem.Claim) {
-	ctl := &control{claim: c, tx: tx.Tx}
+	ctl := &control{Context: r.Context(), claim: c, tx: tx.Tx}
 	rec := newRecorder(w, g.cfg.maxResponse, false)
 	defer rec.close()
 	defer tx.Rollback() // after a commit, a no-op; after a panic, the claim goes with the effects
 
-	next.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), controlKey{}, ctl)))
+	next.ServeHTTP(rec, r.WithContext(ctl))
 	crashpoint.Hit(crashpoint.AfterCall)
 
 	status := cmp.Or(rec.status, http.StatusOK)

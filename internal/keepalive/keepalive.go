@@ -55,35 +55,54 @@ type Config struct {
 	Failed func(err error)
 }
 
+// Holder is a lease's holder, as Loop sees it: Config's functions as
+// methods, so that the holder's own state can be the loop's and starting it
+// makes no closures.
+type Holder interface {
+	// Heartbeat is Config.Heartbeat.
+	Heartbeat(ctx context.Context) error
+	// Fenced is Config.Fenced.
+	Fenced(err error) bool
+	// Lost is Config.Lost.
+	Lost(cause error)
+	// Failed is Config.Failed.
+	Failed(err error)
+}
+
 // Start heartbeats until the lease is lost, ctx ends, or stop is called.
 // stop waits for the loop to end (cancelling a heartbeat under way); it may
 // be called more than once. Nothing runs until the first heartbeat is due:
 // a holder done sooner (most requests) costs one timer.
 func Start(ctx context.Context, cfg Config) (stop func()) {
-	every := max(cfg.Lease/3, time.Millisecond)
-	granted := cfg.Granted
-	if granted.IsZero() {
-		granted = time.Now()
-	}
-	lp := &loop{}
-	lp.timer = time.AfterFunc(every, func() {
-		lp.mu.Lock()
-		if lp.stopped {
-			lp.mu.Unlock()
-			return
-		}
-		ctx, lp.cancel = context.WithCancel(ctx)
-		lp.done = make(chan struct{})
-		lp.mu.Unlock()
-		defer close(lp.done)
-		beat(ctx, cfg, every, granted)
-	})
-	return lp.stop
+	lp := new(Loop)
+	lp.Start(ctx, cfg.Lease, cfg.Granted, funcs{&cfg})
+	return lp.Stop
 }
 
-// loop is one Start's state: its first tick's timer, then the running
-// loop's cancel and done.
-type loop struct {
+// funcs is a Config as a Holder.
+type funcs struct{ cfg *Config }
+
+func (f funcs) Heartbeat(ctx context.Context) error { return f.cfg.Heartbeat(ctx) }
+func (f funcs) Fenced(err error) bool               { return f.cfg.Fenced != nil && f.cfg.Fenced(err) }
+func (f funcs) Lost(cause error)                    { f.cfg.Lost(cause) }
+func (f funcs) Failed(err error) {
+	if f.cfg.Failed != nil {
+		f.cfg.Failed(err)
+	}
+}
+
+// Loop is one keep-alive loop, for a holder that keeps it in its own state
+// (a request's, say) instead of the closures and the stop function Start
+// allocates. Its zero value is ready for one Start; it must not be copied
+// after.
+type Loop struct {
+	ctx     context.Context
+	h       Holder
+	lease   time.Duration
+	every   time.Duration
+	granted time.Time
+	// timer is the first tick's; the running loop's cancel and done are set
+	// when it fires.
 	timer   *time.Timer
 	mu      sync.Mutex
 	stopped bool
@@ -91,7 +110,39 @@ type loop struct {
 	done    chan struct{}
 }
 
-func (lp *loop) stop() {
+// Start is the package's Start with h for cfg's functions: it heartbeats
+// the lease of length lease, granted when the claim that took it was sent
+// (zero: now), until the lease is lost, ctx ends, or Stop is called. Call
+// it once per Loop.
+func (lp *Loop) Start(ctx context.Context, lease time.Duration, granted time.Time, h Holder) {
+	if granted.IsZero() {
+		granted = time.Now()
+	}
+	lp.ctx, lp.h, lp.lease, lp.granted = ctx, h, lease, granted
+	lp.every = max(lease/3, time.Millisecond)
+	lp.mu.Lock() // the timer may fire before it is stored
+	defer lp.mu.Unlock()
+	lp.timer = time.AfterFunc(lp.every, lp.run)
+}
+
+// run is the first tick: the loop proper, unless stopped already.
+func (lp *Loop) run() {
+	lp.mu.Lock()
+	if lp.stopped {
+		lp.mu.Unlock()
+		return
+	}
+	ctx, cancel := context.WithCancel(lp.ctx)
+	lp.cancel, lp.done = cancel, make(chan struct{})
+	lp.mu.Unlock()
+	defer close(lp.done)
+	lp.beat(ctx)
+}
+
+// Stop ends the loop and waits for it (cancelling a heartbeat under way);
+// Lost is never called once it has returned. It may be called more than
+// once.
+func (lp *Loop) Stop() {
 	lp.mu.Lock()
 	lp.stopped = true
 	lp.timer.Stop()
@@ -103,11 +154,12 @@ func (lp *loop) stop() {
 	}
 }
 
-// beat heartbeats every every, the first one now, until the lease is lost
-// or ctx ends.
-func beat(ctx context.Context, cfg Config, every time.Duration, granted time.Time) {
-	t := time.NewTicker(every)
+// beat heartbeats every lp.every, the first one now, until the lease is
+// lost or ctx ends.
+func (lp *Loop) beat(ctx context.Context) {
+	t := time.NewTicker(lp.every)
 	defer t.Stop()
+	granted := lp.granted
 	for first := true; ; first = false {
 		if !first {
 			select {
@@ -122,8 +174,8 @@ func beat(ctx context.Context, cfg Config, every time.Duration, granted time.Tim
 		// A slow heartbeat still extends the lease when it lands, until
 		// the lease has ended: then it is no use, and waiting longer
 		// would hide the loss.
-		callCtx, callCancel := context.WithDeadline(ctx, granted.Add(cfg.Lease))
-		err := cfg.Heartbeat(callCtx)
+		callCtx, callCancel := context.WithDeadline(ctx, granted.Add(lp.lease))
+		err := lp.h.Heartbeat(callCtx)
 		callCancel()
 		switch {
 		case err == nil:
@@ -131,15 +183,13 @@ func beat(ctx context.Context, cfg Config, every time.Duration, granted time.Tim
 			continue
 		case ctx.Err() != nil:
 			return // stopped: the error is ours
-		case cfg.Fenced != nil && cfg.Fenced(err):
-			cfg.Lost(err)
+		case lp.h.Fenced(err):
+			lp.h.Lost(err)
 			return
-		case time.Since(granted) >= cfg.Lease:
-			cfg.Lost(fmt.Errorf("%w (%v): %w", ErrUnconfirmed, cfg.Lease, err))
+		case time.Since(granted) >= lp.lease:
+			lp.h.Lost(fmt.Errorf("%w (%v): %w", ErrUnconfirmed, lp.lease, err))
 			return
 		}
-		if cfg.Failed != nil {
-			cfg.Failed(err)
-		}
+		lp.h.Failed(err)
 	}
 }

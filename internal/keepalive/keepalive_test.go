@@ -31,7 +31,16 @@ func (f *fake) setAnswer(a func(ctx context.Context) error) {
 	f.answer = a
 }
 
+// viaLoop makes fake.start run a Loop with the fake as its Holder, not
+// Start with a Config (TestLoopWithHolder).
+var viaLoop bool
+
 func (f *fake) start(ctx context.Context, granted time.Time) (stop func()) {
+	if viaLoop {
+		lp := new(Loop)
+		lp.Start(ctx, lease, granted, f)
+		return lp.Stop
+	}
 	return Start(ctx, Config{
 		Lease:   lease,
 		Granted: granted,
@@ -58,6 +67,33 @@ func (f *fake) start(ctx context.Context, granted time.Time) (stop func()) {
 			f.failed++
 		},
 	})
+}
+
+// The fake as a Holder: the same as the Config start makes.
+func (f *fake) Heartbeat(ctx context.Context) error {
+	f.mu.Lock()
+	f.beats = append(f.beats, time.Now())
+	a := f.answer
+	f.mu.Unlock()
+	if a == nil {
+		return nil
+	}
+	return a(ctx)
+}
+
+func (f *fake) Fenced(err error) bool { return errors.Is(err, errFenced) }
+
+func (f *fake) Lost(cause error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lost = append(f.lost, cause)
+	f.lostAt = time.Now()
+}
+
+func (f *fake) Failed(error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failed++
 }
 
 func (f *fake) counts() (beats, lost, failed int) {
@@ -250,4 +286,36 @@ func TestSlowHeartbeatStillCounts(t *testing.T) {
 			t.Fatalf("%d heartbeats, %d losses, %d failures in 10 leases; want ≥10, 0, 0", beats, lost, failed)
 		}
 	})
+}
+
+// A Loop with a Holder behaves as Start with a Config: every test again,
+// through the fake's methods.
+func TestLoopWithHolder(t *testing.T) {
+	viaLoop = true
+	defer func() { viaLoop = false }()
+	for name, test := range map[string]func(*testing.T){
+		"Heartbeats": TestHeartbeatsEveryThirdOfTheLease, "Fenced": TestFencedHeartbeatLosesTheLease,
+		"Unconfirmed": TestUnconfirmedForALeaseLosesTheLease, "Renews": TestSuccessRenewsTrust,
+		"Granted": TestGrantedCountsFromTheClaim, "Hung": TestHungHeartbeatCannotHideALostLease,
+		"Stop": TestStop, "Context": TestContextEndsTheLoop, "Slow": TestSlowHeartbeatStillCounts,
+	} {
+		t.Run(name, test)
+	}
+}
+
+// A Loop kept in its holder's state costs its first tick's timer and
+// nothing else, for a holder done before that tick.
+func TestLoopAllocations(t *testing.T) {
+	type state struct {
+		fake
+		lp Loop
+	}
+	n := testing.AllocsPerRun(100, func() {
+		s := new(state)
+		s.lp.Start(context.Background(), time.Hour, time.Time{}, &s.fake)
+		s.lp.Stop()
+	})
+	if n > 3 { // the state, the timer, the timer's function
+		t.Errorf("%v allocations to start and stop a Loop, want 3", n)
+	}
 }
