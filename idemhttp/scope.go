@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"hash"
-	"io"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -56,10 +55,15 @@ func scopeHMAC(key []byte, label, value string) string {
 		km.mac.Reset()
 	}
 	defer macs.Put(km)
-	io.WriteString(km.mac, value)
+	km.in = append(km.in[:0], value...) // the HMAC takes bytes: a string would be copied anew
+	km.mac.Write(km.in)
+	clear(km.in) // a credential: not left in the pool
+	if cap(km.in) > 4<<10 {
+		km.in = nil // a huge one's room is not kept either
+	}
 	const infix = "-hmac:"
-	out := make([]byte, 0, len(label)+len(infix)+hex.EncodedLen(sha256.Size))
-	out = append(append(out, label...), infix...)
+	var buf [64 + len(infix) + 2*sha256.Size]byte // room for most labels: the string is the one allocation
+	out := append(append(buf[:0], label...), infix...)
 	return string(hex.AppendEncode(out, km.mac.Sum(km.sum[:0])))
 }
 
@@ -72,6 +76,7 @@ type keyedMAC struct {
 	key []byte
 	mac hash.Hash
 	sum [sha256.Size]byte
+	in  []byte // the value hashed, copied
 }
 
 // ScopeHeader scopes keys by the value of the named request header (for
