@@ -133,8 +133,11 @@ func (c *config) readBody(r *http.Request) ([]byte, *Problem) {
 		return nil, c.tooLarge()
 	}
 	var body []byte
+	var held *heldBody
 	if r.Body != nil && r.Body != http.NoBody {
-		b, err := io.ReadAll(io.LimitReader(r.Body, c.maxBody+1))
+		held = &heldBody{lim: io.LimitedReader{R: r.Body, N: c.maxBody + 1}}
+		b, err := io.ReadAll(&held.lim)
+		held.lim.R = nil // the client's body is not kept
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			return nil, &Problem{Type: ProblemBodyTimeout, Title: "Request body too slow", Status: http.StatusRequestTimeout,
 				Detail: "The body did not arrive within the server's read timeout; nothing was done."}
@@ -147,15 +150,32 @@ func (c *config) readBody(r *http.Request) ([]byte, *Problem) {
 		}
 		body = b
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	r.ContentLength = int64(len(body))
 	r.TransferEncoding = nil
 	if len(body) == 0 {
 		r.Body, r.GetBody = http.NoBody, nil
+		return body, nil
 	}
+	held.body = body
+	held.Reset(body)
+	r.Body, r.GetBody = held, held.reopen
 	return body, nil
 }
+
+// heldBody is a request body read into memory and put back: the body
+// itself (a reader that closes as a no-op), the limited reader it was read
+// through, and GetBody's copies, in one allocation.
+type heldBody struct {
+	bytes.Reader
+	lim  io.LimitedReader
+	body []byte
+}
+
+// Close does nothing: the bytes are the garbage collector's.
+func (*heldBody) Close() error { return nil }
+
+// reopen is GetBody: a fresh reader of the same bytes.
+func (h *heldBody) reopen() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(h.body)), nil }
 
 func (c *config) tooLarge() *Problem {
 	return &Problem{Type: ProblemBodyTooLarge, Title: "Request body too large", Status: http.StatusRequestEntityTooLarge,
