@@ -17,6 +17,15 @@ import (
 // what is rejected). An invalid Exclude pointer gives an error wrapping
 // ErrInvalidPointer.
 func Canonicalize(data []byte, opts ...Option) ([]byte, error) {
+	c, ptrs, err := compile(opts)
+	if err != nil {
+		return nil, err
+	}
+	return c.appendCanonical(make([]byte, 0, len(data)), data, ptrs)
+}
+
+// compile applies opts and parses their Exclude pointers.
+func compile(opts []Option) (*config, []pointer, error) {
 	c := newConfig(opts)
 	ptrs := make([]pointer, 0, len(c.exclude))
 	for _, s := range c.exclude {
@@ -26,11 +35,16 @@ func Canonicalize(data []byte, opts ...Option) ([]byte, error) {
 		}
 		p, err := parsePointer(s, norm)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		ptrs = append(ptrs, p)
 	}
+	return c, ptrs, nil
+}
 
+// appendCanonical appends to dst the canonical form of data under c, whose
+// Exclude pointers are ptrs (see compile). c and ptrs are only read.
+func (c *config) appendCanonical(dst, data []byte, ptrs []pointer) ([]byte, error) {
 	v, err := parse(data)
 	if err == nil && c.changesTree() {
 		err = c.transform(&v, ptrs)
@@ -41,5 +55,5 @@ func Canonicalize(data []byte, opts ...Option) ([]byte, error) {
 		}
 		return nil, err
 	}
-	return appendCanonical(make([]byte, 0, len(data)), &v), nil
+	return appendCanonical(dst, &v), nil
 }

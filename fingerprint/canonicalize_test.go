@@ -3,6 +3,7 @@ package fingerprint
 import (
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -258,4 +259,27 @@ func TestCanonicalizeDoesNotModifyInput(t *testing.T) {
 	if string(in) != orig {
 		t.Errorf("input changed to %s", in)
 	}
+}
+
+// Parsers are reused: a parse that fails half way through nested values
+// leaves nothing behind for the next, on any goroutine.
+func TestParserReuse(t *testing.T) {
+	bad := []string{`{"a":[1,2,{"b":`, `[[[{"x":1,"y":[true,`, `{"a":1,"a":2}`, `[1,2,3,}`}
+	const good, want = `{"z":[3,{"q":1,"p":2}],"a":"x"}`, `{"a":"x","z":[3,{"p":2,"q":1}]}`
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for i := range 200 {
+				if _, err := Canonicalize([]byte(bad[i%len(bad)])); err == nil {
+					t.Errorf("%s: no error", bad[i%len(bad)])
+					return
+				}
+				if got, err := Canonicalize([]byte(good)); err != nil || string(got) != want {
+					t.Errorf("after %s: %s, %v; want %s", bad[i%len(bad)], got, err, want)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }

@@ -59,7 +59,11 @@ func digest(scheme string, b []byte) string {
 // built on the stack so that the string is the only allocation.
 func format(scheme string, sum [sha256.Size]byte) string {
 	var buf [64 + 2*sha256.Size]byte
-	out := append(buf[:0], scheme...)
-	out = append(out, ':')
-	return string(hex.AppendEncode(out, sum[:]))
+	return string(appendFormat(buf[:0], scheme, sum))
+}
+
+// appendFormat appends the fingerprint format spells.
+func appendFormat(dst []byte, scheme string, sum [sha256.Size]byte) []byte {
+	dst = append(append(dst, scheme...), ':')
+	return hex.AppendEncode(dst, sum[:])
 }

@@ -76,7 +76,9 @@ func HTTP(r Request, exclude []string) (string, error) {
 // every request (HTTP and HTTPInput make one per call). It is safe for
 // concurrent use.
 type HTTPHasher struct {
-	opts       []Option        // the JSON exclusions
+	opts       []Option // the JSON exclusions
+	cfg        *config  // opts applied, and their pointers: read only
+	ptrs       []pointer
 	formFields map[string]bool // form fields the top-level pointers name
 }
 
@@ -94,10 +96,9 @@ func NewHTTP(exclude []string) (*HTTPHasher, error) {
 			h.formFields[p[0].name] = true
 		}
 	}
-	if len(h.opts) > 0 {
-		if _, err := Canonicalize([]byte("{}"), h.opts...); err != nil {
-			return nil, err // a bad pointer is an error whatever the body
-		}
+	var err error
+	if h.cfg, h.ptrs, err = compile(h.opts); err != nil {
+		return nil, err // a bad pointer is an error whatever the body
 	}
 	return h, nil
 }
@@ -105,48 +106,53 @@ func NewHTTP(exclude []string) (*HTTPHasher, error) {
 // Input returns the text whose SHA-256 is the fingerprint of r (see
 // HTTPInput).
 func (h *HTTPHasher) Input(r Request) (string, error) {
-	body, err := h.body(r)
+	in, err := h.appendInput(nil, r)
 	if err != nil {
 		return "", err
 	}
-	return "idemhttp/v1\n" + r.Method + "\n" + r.Path + "\n" + r.RawQuery + "\n" + body, nil
+	return string(in), nil
 }
 
 // Sum returns the fingerprint of r (see HTTP).
 func (h *HTTPHasher) Sum(r Request) (string, error) {
-	body, err := h.body(r)
-	if err != nil {
-		return "", err
-	}
 	// Input, built on the stack when it fits (it is short but for a long
 	// path or query): the fingerprint is then the only allocation.
 	var buf [512]byte
-	in := append(buf[:0], "idemhttp/v1\n"...)
-	for _, s := range [...]string{r.Method, r.Path, r.RawQuery} {
-		in = append(append(in, s...), '\n')
+	in, err := h.appendInput(buf[:0], r)
+	if err != nil {
+		return "", err
 	}
-	return format(HTTPScheme, sha256.Sum256(append(in, body...))), nil
+	return format(HTTPScheme, sha256.Sum256(in)), nil
 }
 
-// body returns the body fingerprint of Input.
-func (h *HTTPHasher) body(r Request) (string, error) {
+// appendInput appends Input.
+func (h *HTTPHasher) appendInput(dst []byte, r Request) ([]byte, error) {
+	dst = append(dst, "idemhttp/v1\n"...)
+	for _, s := range [...]string{r.Method, r.Path, r.RawQuery} {
+		dst = append(append(dst, s...), '\n')
+	}
+	return h.appendBody(dst, r)
+}
+
+// appendBody appends the body fingerprint of Input.
+func (h *HTTPHasher) appendBody(dst []byte, r Request) ([]byte, error) {
 	if len(r.Body) == 0 {
-		return "empty", nil
+		return append(dst, "empty"...), nil
 	}
 	mt := r.MediaType
 	if mt == "application/json" || strings.HasSuffix(mt, "+json") {
-		fp, err := Sum(r.Body, h.opts...)
+		out, err := h.appendJSON(dst, r.Body)
 		if err != nil {
-			return "", fmt.Errorf("Content-Type is %s but the body is not JSON: %w", mt, err)
+			return nil, fmt.Errorf("Content-Type is %s but the body is not JSON: %w", mt, err)
 		}
-		return fp, nil
+		return out, nil
 	}
 	// Clients (curl -d, for one) often send JSON labelled as a form or as
 	// nothing; JSON is recognised by its shape, so white space and key
 	// order still do not matter.
 	if t := bytes.TrimLeft(r.Body, " \t\r\n"); len(t) > 0 && (t[0] == '{' || t[0] == '[') {
-		if fp, err := Sum(r.Body, h.opts...); err == nil {
-			return fp, nil
+		if out, err := h.appendJSON(dst, r.Body); err == nil {
+			return out, nil
 		}
 	}
 	form := r.Form
@@ -162,7 +168,25 @@ func (h *HTTPHasher) body(r Request) (string, error) {
 				vals[k] = v
 			}
 		}
-		return format("form-sha256", sha256.Sum256([]byte(vals.Encode()))), nil
+		return appendFormat(dst, "form-sha256", sha256.Sum256([]byte(vals.Encode()))), nil
 	}
-	return Bytes(r.Body), nil
+	return appendFormat(dst, RawScheme, sha256.Sum256(r.Body)), nil
+}
+
+// noOptions is the config of no options.
+var noOptions config
+
+// appendJSON appends Sum(body, h.opts...), the body's canonical form built
+// on the stack when it fits.
+func (h *HTTPHasher) appendJSON(dst, body []byte) ([]byte, error) {
+	cfg := h.cfg
+	if cfg == nil { // a zero HTTPHasher: no exclusions
+		cfg = &noOptions
+	}
+	var buf [1024]byte
+	canon, err := cfg.appendCanonical(buf[:0], body, h.ptrs)
+	if err != nil {
+		return nil, err
+	}
+	return appendFormat(dst, Scheme, sha256.Sum256(canon)), nil
 }

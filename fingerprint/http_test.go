@@ -77,3 +77,17 @@ func TestHTTPLongInput(t *testing.T) {
 		t.Fatalf("HTTP = %s, %v; want the SHA-256 of HTTPInput", fp, err)
 	}
 }
+
+// A zero HTTPHasher has no exclusions: the same fingerprints as NewHTTP(nil).
+func TestHTTPHasherZero(t *testing.T) {
+	t.Parallel()
+	r := Request{Method: "POST", Path: "/p", MediaType: "application/json", Body: []byte(`{"b":1,"a":[2.0]}`)}
+	h, err := NewHTTP(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := h.Sum(r)
+	if got, err2 := new(HTTPHasher).Sum(r); err != nil || err2 != nil || got != want {
+		t.Fatalf("zero hasher %s, %v; NewHTTP(nil) %s, %v", got, err2, want, err)
+	}
+}

@@ -16,14 +16,15 @@ func appendNumber(dst []byte, f float64) []byte {
 	if f == 0 { // +0 and -0 alike
 		return append(dst, '0')
 	}
-	digits, n := shortest(f)
+	var buf [24]byte // the digits on the stack
+	digits, n := shortest(buf[:0], f)
 	return appendLayout(dst, f < 0, digits, n)
 }
 
-// shortest returns the shortest digit string s (no leading or trailing
-// zeros) that reads back as the finite, non-zero f, and the exponent n with
-// |f| ≈ 0.s × 10^n.
-func shortest(f float64) (digits []byte, n int) {
+// shortest appends to dst the shortest digit string s (no leading or
+// trailing zeros) that reads back as the finite, non-zero f, and returns it
+// with the exponent n with |f| ≈ 0.s × 10^n.
+func shortest(dst []byte, f float64) (digits []byte, n int) {
 	if f < 0 {
 		f = -f
 	}
@@ -36,8 +37,7 @@ func shortest(f float64) (digits []byte, n int) {
 		mark--
 	}
 	exp, _ := strconv.Atoi(string(e[mark+1:]))
-	digits = make([]byte, 0, 17)
-	digits = append(digits, e[0])
+	digits = append(dst, e[0])
 	if mark > 1 {
 		digits = append(digits, e[2:mark]...) // skip the '.'
 	}
@@ -184,7 +184,8 @@ func numberValue(lit []byte, f float64) value {
 	n := int(exp) + shift
 
 	if f != 0 && f-f == 0 { // finite and not rounded to zero
-		if s, sn := shortest(f); sn == n && string(s) == string(digits) {
+		var buf [24]byte
+		if s, sn := shortest(buf[:0], f); sn == n && string(s) == string(digits) {
 			return value{kind: kindNumber, num: f}
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -28,7 +29,9 @@ type parser struct {
 // parse parses data, which must hold exactly one JSON value, optionally
 // surrounded by white space.
 func parse(data []byte) (value, error) {
-	p := parser{data: data}
+	p := parsers.Get().(*parser)
+	defer p.release()
+	p.data = data
 	if len(data) == 0 {
 		return value{}, p.errorf(0, "empty input")
 	}
@@ -42,6 +45,22 @@ func parse(data []byte) (value, error) {
 		return value{}, p.errorf(p.pos, "invalid character %s after top-level value", p.describe())
 	}
 	return v, nil
+}
+
+// parsers keeps parsers for their scratch (elems, members), which a
+// parse leaves empty: the values it returns own copies.
+var parsers = sync.Pool{New: func() any { return new(parser) }}
+
+// release empties p (an error leaves children of unfinished values in its
+// scratch) and gives it back to parsers, unless its scratch grew large.
+func (p *parser) release() {
+	clear(p.elems)
+	clear(p.members)
+	if cap(p.elems) > 1024 || cap(p.members) > 1024 {
+		return
+	}
+	*p = parser{elems: p.elems[:0], members: p.members[:0]}
+	parsers.Put(p)
 }
 
 func (p *parser) errorf(off int, format string, args ...any) *SyntaxError {
