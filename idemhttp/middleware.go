@@ -108,7 +108,8 @@ func (g *guard) serve(w http.ResponseWriter, r *http.Request, next http.Handler)
 			Detail: "The server is handling as many guarded requests as it allows; nothing was done. Retry with the same key.", RetryAfter: 1})
 		return
 	}
-	p, prob := g.cfg.prepare(r, func() ([]byte, error) { return g.secret.get(r, g.l) })
+	var into prepared
+	p, prob := g.cfg.prepare(r, func() ([]byte, error) { return g.secret.get(r, g.l) }, &into)
 	if prob != nil {
 		done()
 		WriteProblem(w, *prob)

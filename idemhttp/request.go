@@ -28,8 +28,9 @@ type prepared struct {
 // (if read) restored. A problem is answered before anything is claimed.
 //
 // secret gives the database's scope secret (see ScopeHMAC); it is asked
-// only for a request that carries a key.
-func (c *config) prepare(r *http.Request, secret func() ([]byte, error)) (*prepared, *Problem) {
+// only for a request that carries a key. The result is written to into,
+// the caller's (on its stack), and returned.
+func (c *config) prepare(r *http.Request, secret func() ([]byte, error), into *prepared) (*prepared, *Problem) {
 	var key string
 	derive := false // the key is the fingerprint (KeyFromFingerprint)
 	if !c.key.needsBody() {
@@ -109,7 +110,8 @@ func (c *config) prepare(r *http.Request, secret func() ([]byte, error)) (*prepa
 		key = fp
 		r.Header.Set(c.key.name, key)
 	}
-	return &prepared{scope: scope, key: key, fingerprint: fp}, nil
+	*into = prepared{scope: scope, key: key, fingerprint: fp}
+	return into, nil
 }
 
 // missingKey is nil (pass through) unless a key is required.
