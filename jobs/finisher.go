@@ -63,13 +63,16 @@ func newFinisher(drv driver.Driver) *finisher {
 	return f
 }
 
-// finish ends one claim: ErrFenced if it was no longer held.
+// finish ends one claim: ErrFenced if it was no longer held. The write is
+// bounded by finishTimeout, as well as by ctx.
 func (f *finisher) finish(ctx context.Context, from *producer, p driver.FinishJobParams) error {
 	req := finishReq{ctx: ctx, p: p, from: from, reply: make(chan error, 1)}
 	select {
 	case f.reqs <- req:
 		return <-req.reply
 	case <-f.stop:
+		ctx, cancel := context.WithTimeout(ctx, finishTimeout)
+		defer cancel()
 		return f.drv.FinishJob(ctx, driver.Shared, p)
 	case <-ctx.Done():
 		return ctx.Err()
@@ -189,17 +192,18 @@ func (f *finisher) writeWithClaim(batch []finishReq, claim *claimReq) {
 }
 
 func (f *finisher) write(batch []finishReq) {
+	// The first request's context bounds the write, and finishTimeout.
+	ctx, cancel := context.WithTimeout(batch[0].ctx, finishTimeout)
+	defer cancel()
 	if len(batch) == 1 {
-		batch[0].reply <- f.drv.FinishJob(batch[0].ctx, driver.Shared, batch[0].p)
+		batch[0].reply <- f.drv.FinishJob(ctx, driver.Shared, batch[0].p)
 		return
 	}
 	ps := make([]driver.FinishJobParams, len(batch))
 	for i, r := range batch {
 		ps[i] = r.p
 	}
-	// The batch's requests carry the same finish timeout; the first one's
-	// context bounds the write.
-	fenced, err := f.drv.FinishJobs(batch[0].ctx, ps)
+	fenced, err := f.drv.FinishJobs(ctx, ps)
 	for i, r := range batch {
 		switch {
 		case err != nil:

@@ -20,34 +20,59 @@ const jobCols = `id, queue, kind, args, state, priority, attempt, max_attempts, 
 	unique_key, errors, result, created_at, updated_at, attempted_at, finalized_at, metadata, partition_key`
 
 func scanJob(s scanner, now int64) (idemtype.JobRow, error) {
-	var (
-		j                                    idemtype.JobRow
-		state, errs                          string
-		key, meta, part                      sql.NullString
-		leaseUntil, attemptedAt, finalizedAt sql.NullInt64
-		runAt, createdAt, updatedAt          int64
-	)
-	err := s.Scan(&j.ID, &j.Queue, &j.Kind, &j.Args, &state, &j.Priority, &j.Attempt, &j.MaxAttempts, &j.LeaseID, &leaseUntil,
-		&j.ClaimedBy, &runAt, &key, &errs, &j.Result, &createdAt, &updatedAt, &attemptedAt, &finalizedAt, &meta, &part)
-	if err != nil {
-		return j, err
-	}
-	j.State = idemtype.JobState(state)
-	j.UniqueKey, j.PartitionKey = key.String, part.String
-	if meta.Valid {
-		j.Metadata = []byte(meta.String)
-	}
-	j.LeaseUntil, j.AttemptedAt, j.FinalizedAt = nullMS(leaseUntil), nullMS(attemptedAt), nullMS(finalizedAt)
-	j.RunAt, j.CreatedAt, j.UpdatedAt = fromMS(runAt), fromMS(createdAt), fromMS(updatedAt)
-	j.Now = fromMS(now)
-	if j.Errors, err = driver.DecodeJobErrors([]byte(errs)); err != nil {
-		return j, err
-	}
-	return j, nil
+	return newJobScanner().scan(s, now)
 }
 
 func scanJobs(rows driver.Rows, now int64) ([]idemtype.JobRow, error) {
-	return driver.ScanAll(rows, func(r driver.Row) (idemtype.JobRow, error) { return scanJob(r, now) })
+	js := newJobScanner()
+	return driver.ScanAll(rows, func(r driver.Row) (idemtype.JobRow, error) { return js.scan(r, now) })
+}
+
+// jobScanner scans rows of jobCols. Its fields are the scan's targets, one
+// allocation for all of them, reused from row to row.
+type jobScanner struct {
+	j                                    idemtype.JobRow
+	state, errs                          string
+	key, meta, part                      sql.NullString
+	leaseUntil, attemptedAt, finalizedAt sql.NullInt64
+	runAt, createdAt, updatedAt          int64
+	dest                                 []any
+}
+
+func newJobScanner() *jobScanner {
+	s := &jobScanner{}
+	j := &s.j
+	s.dest = []any{&j.ID, &j.Queue, &j.Kind, &j.Args, &s.state, &j.Priority, &j.Attempt, &j.MaxAttempts, &j.LeaseID, &s.leaseUntil,
+		&j.ClaimedBy, &s.runAt, &s.key, &s.errs, &j.Result, &s.createdAt, &s.updatedAt, &s.attemptedAt, &s.finalizedAt, &s.meta, &s.part}
+	return s
+}
+
+// noJobErrors is the errors column of a job that never failed.
+const noJobErrors = "[]"
+
+func (s *jobScanner) scan(r scanner, now int64) (idemtype.JobRow, error) {
+	s.j = idemtype.JobRow{}
+	err := r.Scan(s.dest...)
+	j := s.j
+	if err != nil {
+		return j, err
+	}
+	j.State = idemtype.JobState(s.state)
+	j.UniqueKey, j.PartitionKey = s.key.String, s.part.String
+	if s.meta.Valid {
+		j.Metadata = []byte(s.meta.String)
+	}
+	j.LeaseUntil, j.AttemptedAt, j.FinalizedAt = nullMS(s.leaseUntil), nullMS(s.attemptedAt), nullMS(s.finalizedAt)
+	j.RunAt, j.CreatedAt, j.UpdatedAt = fromMS(s.runAt), fromMS(s.createdAt), fromMS(s.updatedAt)
+	j.Now = fromMS(now)
+	if s.errs == noJobErrors {
+		j.Errors = []idemtype.JobError{} // as DecodeJobErrors has it, without the parse
+		return j, nil
+	}
+	if j.Errors, err = driver.DecodeJobErrors([]byte(s.errs)); err != nil {
+		return j, err
+	}
+	return j, nil
 }
 
 // appendError is the expression that appends one entry (error text
