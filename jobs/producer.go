@@ -12,8 +12,8 @@ import (
 	"github.com/idemdev/idem/internal/crashpoint"
 )
 
-// producer claims one queue's jobs for this client and runs each on its
-// own goroutine, at most max at a time.
+// producer claims one queue's jobs for this client and runs them on worker
+// goroutines, at most max at a time.
 type producer struct {
 	c      *Client
 	queue  string
