@@ -220,6 +220,18 @@ type Jobs interface {
 	InsertJobsFast(ctx context.Context, jobs []JobInsert) ([]int64, error)
 }
 
+// JobFinishClaimer is implemented by drivers that can end claims and make
+// the next claim in one transaction: FinishJobs then ClaimJobs, one commit
+// for both. A worker that finishes a batch of jobs and claims the next
+// batch then commits once per batch instead of twice. fenced is as
+// FinishJobs reports it; claimed as ClaimJobs returns it. An error means
+// neither the ends nor the claim may be trusted to have happened (none,
+// some or all of the ends may have been applied; claimed jobs, if the
+// commit happened, are rescued when their lease ends).
+type JobFinishClaimer interface {
+	FinishAndClaimJobs(ctx context.Context, ends []FinishJobParams, claim ClaimJobsParams) (fenced []bool, claimed []idemtype.JobRow, err error)
+}
+
 // ScanJobCounts reads (state, count) rows, as both drivers' CountJobs
 // queries return them, and closes rows.
 func ScanJobCounts(rows Rows) (map[idemtype.JobState]int, error) {

@@ -3,6 +3,7 @@ package jobs_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -132,6 +133,72 @@ func TestDriverFinishJobsFencesEachRow(t *testing.T) {
 		}
 		if until, err := drv.HeartbeatJob(ctx, fence(rows[1]), time.Hour); err != nil || time.Until(until) < 59*time.Minute {
 			t.Errorf("heartbeat: %v, %v", until, err)
+		}
+	})
+}
+
+// FinishAndClaimJobs ends claims, each fenced on its own, and then claims,
+// in one transaction: a job the ends hand back is claimable by the claim
+// that rides with them.
+func TestDriverFinishAndClaimJobs(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		drv, ok := e.l.Driver().(driver.JobFinishClaimer)
+		if !ok {
+			t.Skipf("%s claims apart from its ends", e.l.Driver().Name())
+		}
+		ins := make([]driver.JobInsert, 4)
+		for i := range ins {
+			ins[i] = driver.JobInsert{Queue: "q", Kind: "k", Args: []byte("{}"), MaxAttempts: 5}
+		}
+		enq, _, err := e.l.Driver().EnqueueJobs(ctx, driver.Shared, ins)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := e.l.Driver().ClaimJobs(ctx, driver.ClaimJobsParams{Queue: "q", Worker: "w", Limit: 3, LeaseID: rand.Int64(), Lease: time.Minute})
+		if err != nil || len(rows) != 3 {
+			t.Fatalf("claim: %d rows, %v", len(rows), err)
+		}
+		fence := func(r idemtype.JobRow) driver.JobFence {
+			return driver.JobFence{ID: r.ID, Attempt: r.Attempt, LeaseID: r.LeaseID}
+		}
+		stale := fence(rows[2])
+		stale.LeaseID++
+		lease := rand.Int64()
+		fenced, claimed, err := drv.FinishAndClaimJobs(ctx, []driver.FinishJobParams{
+			{JobFence: fence(rows[0]), State: idemtype.JobCompleted},
+			{JobFence: fence(rows[1]), State: idemtype.JobAvailable}, // a release
+			{JobFence: stale, State: idemtype.JobCompleted},
+			{JobFence: fence(rows[2]), State: idemtype.JobAvailable, Delay: time.Hour, Snooze: true},
+		}, driver.ClaimJobsParams{Queue: "q", Worker: "w", Limit: 5, LeaseID: lease, Lease: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []bool{false, false, true, false}; !equal(fenced, want) {
+			t.Fatalf("fenced = %v, want %v", fenced, want)
+		}
+		got := map[int64]bool{}
+		for _, r := range claimed {
+			if r.State != idemtype.JobRunning || r.LeaseID != lease {
+				t.Errorf("claimed row: %+v", r)
+			}
+			got[r.ID] = true
+		}
+		// The released job and the one never claimed; not the snoozed one.
+		want := map[int64]bool{rows[1].ID: true}
+		for _, r := range enq {
+			if r.ID != rows[0].ID && r.ID != rows[1].ID && r.ID != rows[2].ID {
+				want[r.ID] = true
+			}
+		}
+		if len(got) != 2 || !got[rows[1].ID] || len(want) != 2 || !maps.Equal(got, want) {
+			t.Fatalf("claimed %v, want %v", got, want)
+		}
+		if j, err := e.l.Driver().GetJob(ctx, rows[0].ID); err != nil || j.State != idemtype.JobCompleted || j.FinalizedAt.IsZero() {
+			t.Errorf("completed row: %+v, %v", j, err)
+		}
+		if j, err := e.l.Driver().GetJob(ctx, rows[2].ID); err != nil || j.State != idemtype.JobAvailable || j.MaxAttempts != 6 {
+			t.Errorf("snoozed row: %+v, %v", j, err)
 		}
 	})
 }

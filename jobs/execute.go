@@ -42,17 +42,20 @@ func (ex *execution) execute() {
 	if ex.ended.Swap(true) {
 		return // Stop handed the job back already
 	}
+	if err == nil {
+		crashpoint.Hit(crashpoint.JobAfterCommit)
+	}
+	if err == nil && !ex.completedTx.Load() {
+		// The finisher bounds the write (finishTimeout): no timer per job.
+		ex.finish(context.WithoutCancel(ctx), driver.FinishJobParams{State: idemtype.JobCompleted, Result: ex.resultBytes()}, "completed")
+		return
+	}
 	bg, done := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer done()
 	var sz *snooze
 	switch {
 	case err == nil:
-		crashpoint.Hit(crashpoint.JobAfterCommit)
-		if ex.completedTx.Load() {
-			ex.confirm(bg)
-			return
-		}
-		ex.finish(bg, driver.FinishJobParams{State: idemtype.JobCompleted, Result: ex.resultBytes()}, "completed")
+		ex.confirm(bg)
 	case errors.As(err, &sz):
 		ex.finish(bg, driver.FinishJobParams{State: idemtype.JobAvailable, Delay: sz.after, Snooze: true}, "snoozed",
 			slog.Duration("snooze", sz.after))
@@ -121,7 +124,7 @@ func (ex *execution) release(ctx context.Context) {
 
 func (ex *execution) finish(ctx context.Context, p driver.FinishJobParams, what string, attrs ...slog.Attr) {
 	p.JobFence = ex.fence
-	err := ex.c.finisher.finish(ctx, p)
+	err := ex.c.finisher.finish(ctx, ex.p, p)
 	switch {
 	case errors.Is(err, driver.ErrFenced) && ex.cancelled(ctx):
 		ex.observe("", RunCancelled)

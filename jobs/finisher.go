@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/idemdev/idem/driver"
+	"github.com/idemdev/idem/idemtype"
 )
 
 // maxFinishBatch bounds one group commit.
@@ -14,11 +15,21 @@ const maxFinishBatch = 256
 // finisher writes the client's own ends of claims (completions, retries,
 // dead letters, releases) in batches: one transaction for whatever has
 // queued up while the previous batch was being written, with no waiting
-// window beyond one yield of the processor. Each write in a batch is fenced on its own. CompleteTx does not
-// come here: it belongs to the handler's transaction.
+// window beyond one yield of the processor. Each write in a batch is fenced
+// on its own. CompleteTx does not come here: it belongs to the handler's
+// transaction.
+//
+// Where the driver can (driver.JobFinishClaimer), a producer's claim rides
+// in a batch too: the batch's ends and the claim commit together, and the
+// claim takes the slots of the producer's jobs that the batch ends. A
+// worker that runs short jobs then commits about once per claim, as a
+// hand-written loop that claims a batch and completes it in one statement
+// does.
 type finisher struct {
-	drv  driver.Driver
-	reqs chan finishReq // unbuffered: a request is either taken or not sent
+	drv     driver.Driver
+	claimer driver.JobFinishClaimer // nil: claims go alone
+	reqs    chan finishReq          // unbuffered: a request is either taken or not sent
+	claims  chan *claimReq          // unbuffered, as reqs
 
 	once sync.Once
 	stop chan struct{} // closed: no more batches; callers write alone
@@ -28,25 +39,64 @@ type finisher struct {
 type finishReq struct {
 	ctx   context.Context
 	p     driver.FinishJobParams
+	from  *producer // whose slot the end frees
 	reply chan error
 }
 
+// claimReq is a producer's claim handed to the finisher. Its Limit is set
+// when the batch is written: the producer's free slots then, plus the
+// slots of its jobs that the batch ends.
+type claimReq struct {
+	ctx   context.Context
+	from  *producer
+	p     driver.ClaimJobsParams
+	rows  []idemtype.JobRow
+	err   error
+	none  bool          // no slot was free: nothing was claimed, try again
+	reply chan struct{} // closed when rows, err and none are set
+}
+
 func newFinisher(drv driver.Driver) *finisher {
-	f := &finisher{drv: drv, reqs: make(chan finishReq), stop: make(chan struct{}), done: make(chan struct{})}
+	f := &finisher{drv: drv, reqs: make(chan finishReq), claims: make(chan *claimReq), stop: make(chan struct{}), done: make(chan struct{})}
+	f.claimer, _ = drv.(driver.JobFinishClaimer)
 	go f.run()
 	return f
 }
 
-// finish ends one claim: ErrFenced if it was no longer held.
-func (f *finisher) finish(ctx context.Context, p driver.FinishJobParams) error {
-	req := finishReq{ctx: ctx, p: p, reply: make(chan error, 1)}
+// finish ends one claim: ErrFenced if it was no longer held. The write is
+// bounded by finishTimeout, as well as by ctx.
+func (f *finisher) finish(ctx context.Context, from *producer, p driver.FinishJobParams) error {
+	req := finishReq{ctx: ctx, p: p, from: from, reply: make(chan error, 1)}
 	select {
 	case f.reqs <- req:
 		return <-req.reply
 	case <-f.stop:
+		ctx, cancel := context.WithTimeout(ctx, finishTimeout)
+		defer cancel()
 		return f.drv.FinishJob(ctx, driver.Shared, p)
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// claim makes from's claim p in the next batch (p.Limit is set there). none
+// reports that no slot was free by then, so nothing was claimed. Callers
+// check f.claimer first.
+func (f *finisher) claim(ctx context.Context, from *producer, p driver.ClaimJobsParams) (rows []idemtype.JobRow, none bool, err error) {
+	req := &claimReq{ctx: ctx, from: from, p: p, reply: make(chan struct{})}
+	select {
+	case f.claims <- req:
+		<-req.reply
+		return req.rows, req.none, req.err
+	case <-f.stop:
+		p.Limit = from.free()
+		if p.Limit <= 0 {
+			return nil, true, nil
+		}
+		rows, err := f.drv.ClaimJobs(ctx, p)
+		return rows, false, err
+	case <-ctx.Done():
+		return nil, false, ctx.Err()
 	}
 }
 
@@ -58,12 +108,18 @@ func (f *finisher) close() {
 func (f *finisher) run() {
 	defer close(f.done)
 	for {
-		var batch []finishReq
+		var (
+			batch []finishReq
+			claim *claimReq
+		)
+		claims := f.claims
 		select {
 		case <-f.stop:
 			return
 		case r := <-f.reqs:
 			batch = append(batch, r)
+		case claim = <-claims:
+			claims = nil // one claim a batch
 		}
 		// Gather what is queued; when nothing is, yield once so that the
 		// other jobs of the same claim, whose work returned together with
@@ -75,6 +131,9 @@ func (f *finisher) run() {
 			case r := <-f.reqs:
 				batch = append(batch, r)
 				yielded = false
+			case claim = <-claims:
+				claims = nil
+				yielded = false
 			default:
 				if yielded {
 					break gather
@@ -83,22 +142,68 @@ func (f *finisher) run() {
 				runtime.Gosched()
 			}
 		}
+		if claim != nil {
+			f.writeWithClaim(batch, claim)
+			continue
+		}
 		f.write(batch)
 	}
 }
 
+// writeWithClaim writes batch and claim in one transaction. Should that
+// fail, the ends are written again alone (each is fenced: one that did
+// commit is reported fenced) and the claim reports the error.
+func (f *finisher) writeWithClaim(batch []finishReq, claim *claimReq) {
+	defer close(claim.reply)
+	limit := claim.from.free()
+	for _, r := range batch {
+		if r.from == claim.from {
+			limit++
+		}
+	}
+	if limit <= 0 {
+		claim.none = true
+		if len(batch) > 0 {
+			f.write(batch)
+		}
+		return
+	}
+	claim.p.Limit = limit
+	ps := make([]driver.FinishJobParams, len(batch))
+	for i, r := range batch {
+		ps[i] = r.p
+	}
+	fenced, rows, err := f.claimer.FinishAndClaimJobs(claim.ctx, ps, claim.p)
+	if err != nil {
+		claim.err = err
+		if len(batch) > 0 {
+			f.write(batch)
+		}
+		return
+	}
+	for i, r := range batch {
+		if fenced[i] {
+			r.reply <- driver.ErrFenced
+		} else {
+			r.reply <- nil
+		}
+	}
+	claim.rows = rows
+}
+
 func (f *finisher) write(batch []finishReq) {
+	// The first request's context bounds the write, and finishTimeout.
+	ctx, cancel := context.WithTimeout(batch[0].ctx, finishTimeout)
+	defer cancel()
 	if len(batch) == 1 {
-		batch[0].reply <- f.drv.FinishJob(batch[0].ctx, driver.Shared, batch[0].p)
+		batch[0].reply <- f.drv.FinishJob(ctx, driver.Shared, batch[0].p)
 		return
 	}
 	ps := make([]driver.FinishJobParams, len(batch))
 	for i, r := range batch {
 		ps[i] = r.p
 	}
-	// The batch's requests carry the same finish timeout; the first one's
-	// context bounds the write.
-	fenced, err := f.drv.FinishJobs(batch[0].ctx, ps)
+	fenced, err := f.drv.FinishJobs(ctx, ps)
 	for i, r := range batch {
 		switch {
 		case err != nil:

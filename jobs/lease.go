@@ -50,6 +50,8 @@ func (ex *execution) keepAlive(ctx context.Context, cancel context.CancelCauseFu
 // cancelled reports whether this claim ended because Cancel cancelled the
 // job: asked after a fenced write, to tell a cancel from a takeover.
 func (ex *execution) cancelled(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, finishTimeout)
+	defer cancel()
 	r, err := ex.c.drv.GetJob(ctx, ex.rec.ID)
 	return err == nil && r.State == idemtype.JobCancelled && r.Attempt == ex.fence.Attempt && r.LeaseID == ex.fence.LeaseID
 }

@@ -12,8 +12,8 @@ import (
 	"github.com/idemdev/idem/internal/crashpoint"
 )
 
-// producer claims one queue's jobs for this client and runs each on its
-// own goroutine, at most max at a time.
+// producer claims one queue's jobs for this client and runs them on worker
+// goroutines, at most max at a time.
 type producer struct {
 	c      *Client
 	queue  string
@@ -30,6 +30,13 @@ type producer struct {
 
 	wake  chan struct{} // new jobs may be due: a notice, or a local enqueue
 	freed chan struct{} // a running job finished
+
+	// Claimed jobs go to idle worker goroutines, which stay for the next
+	// job rather than end with this one (a new goroutine per job pays for
+	// its stack to grow again each time); a job no idle worker takes
+	// starts a new one. Workers end once the fetch loop has ended.
+	work chan *execution // unbuffered: taken by an idle worker or not at all
+	quit chan struct{}   // closed when the fetch loop has ended
 }
 
 // rescueLimit bounds how many expired jobs one claim hands back.
@@ -40,7 +47,8 @@ const rescueLimit = 100
 const claimTimeout = 30 * time.Second
 
 func newProducer(c *Client, queue string, max int) *producer {
-	return &producer{c: c, queue: queue, max: max, limits: c.cfg.Queues[queue].Limits, wake: make(chan struct{}, 1), freed: make(chan struct{}, 1)}
+	return &producer{c: c, queue: queue, max: max, limits: c.cfg.Queues[queue].Limits, wake: make(chan struct{}, 1), freed: make(chan struct{}, 1),
+		work: make(chan *execution), quit: make(chan struct{})}
 }
 
 func signal(ch chan struct{}) {
@@ -71,6 +79,7 @@ func (p *producer) ending(ex *execution) {
 		ex.finishing = true
 		p.finishing++
 	}
+	signal(p.freed) // a claim that rides with the ends may take its slot
 }
 
 // run is the fetch loop: claim as many due jobs as there are free slots;
@@ -81,18 +90,39 @@ func (p *producer) ending(ex *execution) {
 // are free, so that claims come in batches rather than one per finished
 // job.
 func (p *producer) run(stop <-chan struct{}) {
+	defer close(p.quit)
 	cfg := p.c.cfg
 	idle := cfg.FetchCooldown
 	batch := (p.max + 3) / 4
+	// With a driver that claims in the finisher's transaction, the slots of
+	// finishing jobs count as free: their ends and the claim commit
+	// together.
+	together := p.c.finisher.claimer != nil
 	var last time.Time
 	for {
-		if !p.waitForSlots(stop, batch, last.Add(cfg.FetchCooldown)) {
+		if !p.waitForSlots(stop, batch, last.Add(cfg.FetchCooldown), together) {
 			return
 		}
-		n := p.free()
 		sent := time.Now()
 		last = sent
-		rows, err := p.claim(n)
+		var (
+			rows []idemtype.JobRow
+			err  error
+		)
+		if together {
+			var none bool
+			rows, none, err = p.claimWithEnds()
+			if none && err == nil { // the finishing jobs ended elsewhere (CompleteTx)
+				select {
+				case <-stop:
+					return
+				case <-p.freed:
+				}
+				continue
+			}
+		} else {
+			rows, err = p.claim(p.free())
+		}
 		if err != nil {
 			p.c.log.LogAttrs(context.Background(), slog.LevelError, "claim failed", slog.String("queue", p.queue), slog.String("error", err.Error()))
 			if !sleep(stop, cfg.PollInterval) {
@@ -130,9 +160,10 @@ func (p *producer) run(stop <-chan struct{}) {
 // being finished it also waits for those (their write is one group commit
 // away), unless half the slots are free already: so that a claim takes the
 // slots a whole completion batch frees, not the few freed first, and
-// claims and completions do not split into ever smaller batches. It
-// reports false if stop closed.
-func (p *producer) waitForSlots(stop <-chan struct{}, want int, deadline time.Time) bool {
+// claims and completions do not split into ever smaller batches. With
+// together (the claim rides in the finisher's batch) a finishing job's
+// slot counts as free already. It reports false if stop closed.
+func (p *producer) waitForSlots(stop <-chan struct{}, want int, deadline time.Time, together bool) bool {
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -141,7 +172,14 @@ func (p *producer) waitForSlots(stop <-chan struct{}, want int, deadline time.Ti
 	}()
 	for {
 		free, finishing := p.slots()
-		if free >= max(want, (p.max+1)/2) || free > 0 && finishing == 0 && (free >= want || !time.Now().Before(deadline)) {
+		ready := free >= max(want, (p.max+1)/2) || free > 0 && finishing == 0 && (free >= want || !time.Now().Before(deadline))
+		timed := free > 0 && finishing == 0 // a finishing job signals freed when it is done
+		if together {
+			avail := free + finishing
+			ready = avail >= want || avail > 0 && !time.Now().Before(deadline)
+			timed = avail > 0
+		}
+		if ready {
 			select {
 			case <-stop:
 				return false
@@ -150,7 +188,7 @@ func (p *producer) waitForSlots(stop <-chan struct{}, want int, deadline time.Ti
 			}
 		}
 		var expired <-chan time.Time
-		if free > 0 && finishing == 0 { // a finishing job signals freed when it is done
+		if timed {
 			timer = time.NewTimer(time.Until(deadline))
 			expired = timer.C
 		}
@@ -170,10 +208,26 @@ func (p *producer) waitForSlots(stop <-chan struct{}, want int, deadline time.Ti
 func (p *producer) claim(n int) ([]idemtype.JobRow, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
 	defer cancel()
-	return p.c.drv.ClaimJobs(ctx, driver.ClaimJobsParams{
-		Queue: p.queue, Worker: p.c.cfg.ID, Limit: n, LeaseID: rand.Int64(), Lease: p.c.cfg.Lease, RescueLimit: rescueLimit,
+	params := p.claimParams()
+	params.Limit = n
+	return p.c.drv.ClaimJobs(ctx, params)
+}
+
+// claimWithEnds claims in the finisher's next batch, as many jobs as there
+// are free slots once the batch's ends are counted. none reports that no
+// slot was free.
+func (p *producer) claimWithEnds() (rows []idemtype.JobRow, none bool, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
+	defer cancel()
+	return p.c.finisher.claim(ctx, p, p.claimParams())
+}
+
+// claimParams is the producer's claim, but for its Limit.
+func (p *producer) claimParams() driver.ClaimJobsParams {
+	return driver.ClaimJobsParams{
+		Queue: p.queue, Worker: p.c.cfg.ID, LeaseID: rand.Int64(), Lease: p.c.cfg.Lease, RescueLimit: rescueLimit,
 		Concurrency: p.limits.Concurrency, PerPartition: p.limits.PerPartition, Rate: p.limits.Rate, RateInterval: p.limits.RateInterval,
-	})
+	}
 }
 
 func (p *producer) start(r idemtype.JobRow, sent time.Time) {
@@ -188,11 +242,30 @@ func (p *producer) start(r idemtype.JobRow, sent time.Time) {
 	m.JobTransition(p.queue, TransitionAvailable, TransitionRunning)
 	p.c.track(ex)
 	p.c.execs.Add(1)
-	go func() {
-		defer p.c.execs.Done()
-		defer p.done(ex)
-		ex.execute()
-	}()
+	select {
+	case p.work <- ex:
+	default:
+		go p.worker(ex)
+	}
+}
+
+// worker runs ex, then the jobs it is handed while idle, until the fetch
+// loop ends.
+func (p *producer) worker(ex *execution) {
+	for {
+		p.execute(ex)
+		select {
+		case ex = <-p.work:
+		case <-p.quit:
+			return
+		}
+	}
+}
+
+func (p *producer) execute(ex *execution) {
+	defer p.c.execs.Done()
+	defer p.done(ex)
+	ex.execute()
 }
 
 func (p *producer) done(ex *execution) {

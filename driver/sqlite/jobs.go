@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -19,34 +20,59 @@ const jobCols = `id, queue, kind, args, state, priority, attempt, max_attempts, 
 	unique_key, errors, result, created_at, updated_at, attempted_at, finalized_at, metadata, partition_key`
 
 func scanJob(s scanner, now int64) (idemtype.JobRow, error) {
-	var (
-		j                                    idemtype.JobRow
-		state, errs                          string
-		key, meta, part                      sql.NullString
-		leaseUntil, attemptedAt, finalizedAt sql.NullInt64
-		runAt, createdAt, updatedAt          int64
-	)
-	err := s.Scan(&j.ID, &j.Queue, &j.Kind, &j.Args, &state, &j.Priority, &j.Attempt, &j.MaxAttempts, &j.LeaseID, &leaseUntil,
-		&j.ClaimedBy, &runAt, &key, &errs, &j.Result, &createdAt, &updatedAt, &attemptedAt, &finalizedAt, &meta, &part)
-	if err != nil {
-		return j, err
-	}
-	j.State = idemtype.JobState(state)
-	j.UniqueKey, j.PartitionKey = key.String, part.String
-	if meta.Valid {
-		j.Metadata = []byte(meta.String)
-	}
-	j.LeaseUntil, j.AttemptedAt, j.FinalizedAt = nullMS(leaseUntil), nullMS(attemptedAt), nullMS(finalizedAt)
-	j.RunAt, j.CreatedAt, j.UpdatedAt = fromMS(runAt), fromMS(createdAt), fromMS(updatedAt)
-	j.Now = fromMS(now)
-	if j.Errors, err = driver.DecodeJobErrors([]byte(errs)); err != nil {
-		return j, err
-	}
-	return j, nil
+	return newJobScanner().scan(s, now)
 }
 
 func scanJobs(rows driver.Rows, now int64) ([]idemtype.JobRow, error) {
-	return driver.ScanAll(rows, func(r driver.Row) (idemtype.JobRow, error) { return scanJob(r, now) })
+	js := newJobScanner()
+	return driver.ScanAll(rows, func(r driver.Row) (idemtype.JobRow, error) { return js.scan(r, now) })
+}
+
+// jobScanner scans rows of jobCols. Its fields are the scan's targets, one
+// allocation for all of them, reused from row to row.
+type jobScanner struct {
+	j                                    idemtype.JobRow
+	state, errs                          string
+	key, meta, part                      sql.NullString
+	leaseUntil, attemptedAt, finalizedAt sql.NullInt64
+	runAt, createdAt, updatedAt          int64
+	dest                                 []any
+}
+
+func newJobScanner() *jobScanner {
+	s := &jobScanner{}
+	j := &s.j
+	s.dest = []any{&j.ID, &j.Queue, &j.Kind, &j.Args, &s.state, &j.Priority, &j.Attempt, &j.MaxAttempts, &j.LeaseID, &s.leaseUntil,
+		&j.ClaimedBy, &s.runAt, &s.key, &s.errs, &j.Result, &s.createdAt, &s.updatedAt, &s.attemptedAt, &s.finalizedAt, &s.meta, &s.part}
+	return s
+}
+
+// noJobErrors is the errors column of a job that never failed.
+const noJobErrors = "[]"
+
+func (s *jobScanner) scan(r scanner, now int64) (idemtype.JobRow, error) {
+	s.j = idemtype.JobRow{}
+	err := r.Scan(s.dest...)
+	j := s.j
+	if err != nil {
+		return j, err
+	}
+	j.State = idemtype.JobState(s.state)
+	j.UniqueKey, j.PartitionKey = s.key.String, s.part.String
+	if s.meta.Valid {
+		j.Metadata = []byte(s.meta.String)
+	}
+	j.LeaseUntil, j.AttemptedAt, j.FinalizedAt = nullMS(s.leaseUntil), nullMS(s.attemptedAt), nullMS(s.finalizedAt)
+	j.RunAt, j.CreatedAt, j.UpdatedAt = fromMS(s.runAt), fromMS(s.createdAt), fromMS(s.updatedAt)
+	j.Now = fromMS(now)
+	if s.errs == noJobErrors {
+		j.Errors = []idemtype.JobError{} // as DecodeJobErrors has it, without the parse
+		return j, nil
+	}
+	if j.Errors, err = driver.DecodeJobErrors([]byte(s.errs)); err != nil {
+		return j, err
+	}
+	return j, nil
 }
 
 // appendError is the expression that appends one entry (error text
@@ -185,16 +211,43 @@ func (d *Driver) ClaimJobs(ctx context.Context, p driver.ClaimJobsParams) ([]ide
 		return nil, fmt.Errorf("sqlite: claim jobs: %w", err)
 	}
 	defer tx.Rollback()
-	now := d.nowMS() // read after the write lock is held
+	out, err := d.claimIn(ctx, tx, d.nowMS(), p) // the clock read after the write lock is held
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("sqlite: claim jobs: %w", err)
+	}
+	return out, nil
+}
+
+// FinishAndClaimJobs is FinishJobs then ClaimJobs in one BEGIN IMMEDIATE
+// transaction: one commit (one fsync) for both.
+func (d *Driver) FinishAndClaimJobs(ctx context.Context, ends []driver.FinishJobParams, p driver.ClaimJobsParams) ([]bool, []idemtype.JobRow, error) {
+	tx, err := d.w.begin(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sqlite: finish and claim jobs: %w", err)
+	}
+	defer tx.Rollback()
+	now := d.nowMS()
+	fenced, err := d.finishIn(ctx, tx, now, ends)
+	if err != nil {
+		return nil, nil, err
+	}
+	out, err := d.claimIn(ctx, tx, now, p)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, nil, fmt.Errorf("sqlite: finish and claim jobs: %w", err)
+	}
+	return fenced, out, nil
+}
+
+// claimIn is ClaimJobs's work inside tx, with the clock now.
+func (d *Driver) claimIn(ctx context.Context, tx *wtx, now int64, p driver.ClaimJobsParams) ([]idemtype.JobRow, error) {
 	if p.Concurrency > 0 || p.Rate > 0 {
-		out, err := d.claimLimited(ctx, tx, now, p)
-		if err != nil {
-			return nil, err
-		}
-		if err := tx.Commit(); err != nil {
-			return nil, fmt.Errorf("sqlite: claim jobs: %w", err)
-		}
-		return out, nil
+		return d.claimLimited(ctx, tx, now, p)
 	}
 	rows, err := tx.Query(ctx, `UPDATE idem_jobs SET state = 'running', attempt = attempt + 1,
 	lease_id = ?2, lease_until = ?1 + ?3, worker = ?4, attempted_at = ?1, updated_at = ?1
@@ -220,12 +273,11 @@ func (d *Driver) ClaimJobs(ctx context.Context, p driver.ClaimJobsParams) ([]ide
 			return nil, fmt.Errorf("sqlite: rescue jobs: %w", err)
 		}
 	}
-	if err := tx.Commit(); err != nil {
-		return nil, fmt.Errorf("sqlite: claim jobs: %w", err)
-	}
 	sortClaimed(out)
 	return out, nil
 }
+
+var _ driver.JobFinishClaimer = (*Driver)(nil)
 
 // sortClaimed puts claimed jobs in claim order (priority, run_at, id):
 // RETURNING's order is unspecified.
@@ -289,27 +341,100 @@ func (d *Driver) FinishJob(ctx context.Context, q driver.Executor, p driver.Fini
 }
 
 // FinishJobs ends many claims in one BEGIN IMMEDIATE transaction: one
-// commit (one fsync) for the batch.
+// commit (one fsync) for the batch. The claims without a result (most:
+// completions of jobs that set none, retries, releases) end in one
+// statement, a primary-key lookup each; a claim with a result (a blob)
+// gets a statement of its own in the same transaction.
 func (d *Driver) FinishJobs(ctx context.Context, ps []driver.FinishJobParams) ([]bool, error) {
 	tx, err := d.w.begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: finish jobs: %w", err)
 	}
 	defer tx.Rollback()
-	now := d.nowMS()
-	fenced := make([]bool, len(ps))
-	for i, p := range ps {
-		n, err := tx.Exec(ctx, finishJob, finishArgs(now, p)...)
-		if err != nil {
-			return nil, fmt.Errorf("sqlite: finish jobs: %w", err)
-		}
-		fenced[i] = n == 0
+	fenced, err := d.finishIn(ctx, tx, d.nowMS(), ps)
+	if err != nil {
+		return nil, err
 	}
 	if err := tx.Commit(); err != nil {
 		return nil, fmt.Errorf("sqlite: finish jobs: %w", err)
 	}
 	return fenced, nil
 }
+
+// finishIn is FinishJobs's work inside tx, with the clock now.
+func (d *Driver) finishIn(ctx context.Context, tx *wtx, now int64, ps []driver.FinishJobParams) ([]bool, error) {
+	type end struct {
+		ID      int64  `json:"i"`
+		Attempt int    `json:"a"`
+		LeaseID int64  `json:"l"`
+		State   string `json:"s"`
+		Delay   int64  `json:"d"`
+		Error   string `json:"e"`
+		Snooze  int    `json:"z"`
+	}
+	var list []end
+	for _, p := range ps {
+		if p.Result == nil {
+			e := end{ID: p.ID, Attempt: p.Attempt, LeaseID: p.LeaseID, State: string(p.State), Delay: ms(p.Delay), Error: p.Error}
+			if p.Snooze {
+				e.Snooze = 1
+			}
+			list = append(list, e)
+		}
+	}
+	fenced := make([]bool, len(ps))
+	one := len(list) <= 1 // a statement of its own is as cheap
+	if !one {
+		js, err := json.Marshal(list)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: finish jobs: %w", err)
+		}
+		rows, err := tx.Query(ctx, finishJobs, now, string(js))
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: finish jobs: %w", err)
+		}
+		held, err := driver.ScanAll(rows, func(r driver.Row) (driver.JobFence, error) {
+			var f driver.JobFence
+			return f, r.Scan(&f.ID, &f.Attempt, &f.LeaseID)
+		})
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: finish jobs: %w", err)
+		}
+		ended := make(map[driver.JobFence]bool, len(held))
+		for _, f := range held {
+			ended[f] = true
+		}
+		for i, p := range ps {
+			if p.Result == nil {
+				fenced[i] = !ended[p.JobFence]
+			}
+		}
+	}
+	for i, p := range ps {
+		if p.Result != nil || one {
+			n, err := tx.Exec(ctx, finishJob, finishArgs(now, p)...)
+			if err != nil {
+				return nil, fmt.Errorf("sqlite: finish jobs: %w", err)
+			}
+			fenced[i] = n == 0
+		}
+	}
+	return fenced, nil
+}
+
+// finishJobs is finishJob for a JSON list of claims without results (see
+// FinishJobs): ?1 is the clock, ?2 the list.
+var finishJobs = `UPDATE idem_jobs SET state = v.jstate, lease_until = NULL, updated_at = ?1,
+	run_at = CASE WHEN v.jstate = 'available' THEN ?1 + v.jdelay ELSE run_at END,
+	finalized_at = CASE WHEN v.jstate IN ('completed', 'dead') THEN ?1 END,
+	result = CASE WHEN v.jstate = 'completed' THEN NULL ELSE result END,
+	max_attempts = max_attempts + v.jsnooze,
+	errors = CASE WHEN v.jerror = '' THEN errors ELSE ` + appendError("v.jerror") + ` END
+	FROM (SELECT json_extract(value, '$.i') AS jid, json_extract(value, '$.a') AS jattempt,
+		json_extract(value, '$.l') AS jlease, json_extract(value, '$.s') AS jstate, json_extract(value, '$.d') AS jdelay,
+		json_extract(value, '$.e') AS jerror, json_extract(value, '$.z') AS jsnooze FROM json_each(?2)) AS v
+	WHERE id = v.jid AND attempt = v.jattempt AND lease_id = v.jlease AND state = 'running' AND lease_until > ?1
+	RETURNING id, attempt, lease_id`
 
 // GetJob reads one job from the read pool.
 func (d *Driver) GetJob(ctx context.Context, id int64) (idemtype.JobRow, error) {
