@@ -220,6 +220,18 @@ type Jobs interface {
 	InsertJobsFast(ctx context.Context, jobs []JobInsert) ([]int64, error)
 }
 
+// JobFinishClaimer is implemented by a driver that can end claims and
+// claim more jobs in one round trip and one commit. The jobs package uses
+// it when a completion batch frees slots of a queue, so that a drain costs
+// one commit per batch instead of two.
+type JobFinishClaimer interface {
+	// FinishAndClaimJobs does FinishJobs(ps) and then ClaimJobs(p), in one
+	// transaction where the driver can. As with FinishJobs, an error means
+	// none, some or all of it may have been applied: jobs it claimed are
+	// then rescued when their leases end.
+	FinishAndClaimJobs(ctx context.Context, ps []FinishJobParams, p ClaimJobsParams) (fenced []bool, claimed []idemtype.JobRow, err error)
+}
+
 // ScanJobCounts reads (state, count) rows, as both drivers' CountJobs
 // queries return them, and closes rows.
 func ScanJobCounts(rows Rows) (map[idemtype.JobState]int, error) {
