@@ -94,7 +94,7 @@ func (c *Client) Start(ctx context.Context) error {
 	c.workCtx, c.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	bgCtx, bgCancel := context.WithCancel(context.WithoutCancel(ctx))
 	c.bgCancel = bgCancel
-	c.finisher = newFinisher(c.drv)
+	c.finisher = newFinisher(c.drv, c.finishAndClaim)
 	for _, p := range c.producers {
 		c.fetchers.Go(func() { p.run(c.stop) })
 	}

@@ -19,6 +19,9 @@ const maxFinishBatch = 256
 type finisher struct {
 	drv  driver.Driver
 	reqs chan finishReq // unbuffered: a request is either taken or not sent
+	// along, when set, may write a batch itself, with a claim (see
+	// Client.finishAndClaim); it reports whether it did.
+	along func([]finishReq) bool
 
 	once sync.Once
 	stop chan struct{} // closed: no more batches; callers write alone
@@ -27,19 +30,20 @@ type finisher struct {
 
 type finishReq struct {
 	ctx   context.Context
+	prod  *producer // the producer that claimed the job
 	p     driver.FinishJobParams
 	reply chan error
 }
 
-func newFinisher(drv driver.Driver) *finisher {
-	f := &finisher{drv: drv, reqs: make(chan finishReq), stop: make(chan struct{}), done: make(chan struct{})}
+func newFinisher(drv driver.Driver, along func([]finishReq) bool) *finisher {
+	f := &finisher{drv: drv, along: along, reqs: make(chan finishReq), stop: make(chan struct{}), done: make(chan struct{})}
 	go f.run()
 	return f
 }
 
 // finish ends one claim: ErrFenced if it was no longer held.
-func (f *finisher) finish(ctx context.Context, p driver.FinishJobParams) error {
-	req := finishReq{ctx: ctx, p: p, reply: make(chan error, 1)}
+func (f *finisher) finish(ctx context.Context, prod *producer, p driver.FinishJobParams) error {
+	req := finishReq{ctx: ctx, prod: prod, p: p, reply: make(chan error, 1)}
 	select {
 	case f.reqs <- req:
 		return <-req.reply
@@ -88,6 +92,9 @@ func (f *finisher) run() {
 }
 
 func (f *finisher) write(batch []finishReq) {
+	if f.along != nil && f.along(batch) {
+		return
+	}
 	if len(batch) == 1 {
 		batch[0].reply <- f.drv.FinishJob(batch[0].ctx, driver.Shared, batch[0].p)
 		return

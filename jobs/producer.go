@@ -28,8 +28,12 @@ type producer struct {
 	// slots freed so far (see waitForSlots).
 	finishing int
 
-	wake  chan struct{} // new jobs may be due: a notice, or a local enqueue
-	freed chan struct{} // a running job finished
+	wake chan struct{} // new jobs may be due: a notice, or a local enqueue
+	// claiming is held by whoever claims for this producer (its fetch
+	// loop, or the finisher claiming along with a batch of completions:
+	// claimalong.go), so that two claims never count the same free slots.
+	claiming sync.Mutex
+	freed    chan struct{} // a running job finished
 }
 
 // rescueLimit bounds how many expired jobs one claim hands back.
@@ -89,20 +93,29 @@ func (p *producer) run(stop <-chan struct{}) {
 		if !p.waitForSlots(stop, batch, last.Add(cfg.FetchCooldown)) {
 			return
 		}
+		p.claiming.Lock()
 		n := p.free()
 		sent := time.Now()
 		last = sent
-		rows, err := p.claim(n)
+		var (
+			rows []idemtype.JobRow
+			err  error
+		)
+		if n > 0 { // the finisher may have claimed the free slots meanwhile
+			rows, err = p.claim(n)
+		}
 		if err != nil {
+			p.claiming.Unlock()
 			p.c.log.LogAttrs(context.Background(), slog.LevelError, "claim failed", slog.String("queue", p.queue), slog.String("error", err.Error()))
 			if !sleep(stop, cfg.PollInterval) {
 				return
 			}
 			continue
 		}
-		for _, r := range rows {
-			crashpoint.Hit(crashpoint.JobAfterClaim)
-			p.start(r, sent)
+		p.startAll(rows, sent)
+		p.claiming.Unlock()
+		if n <= 0 {
+			continue
 		}
 		if len(rows) > 0 {
 			idle = cfg.FetchCooldown
@@ -170,10 +183,22 @@ func (p *producer) waitForSlots(stop <-chan struct{}, want int, deadline time.Ti
 func (p *producer) claim(n int) ([]idemtype.JobRow, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
 	defer cancel()
-	return p.c.drv.ClaimJobs(ctx, driver.ClaimJobsParams{
+	return p.c.drv.ClaimJobs(ctx, p.claimParams(n))
+}
+
+func (p *producer) claimParams(n int) driver.ClaimJobsParams {
+	return driver.ClaimJobsParams{
 		Queue: p.queue, Worker: p.c.cfg.ID, Limit: n, LeaseID: rand.Int64(), Lease: p.c.cfg.Lease, RescueLimit: rescueLimit,
 		Concurrency: p.limits.Concurrency, PerPartition: p.limits.PerPartition, Rate: p.limits.Rate, RateInterval: p.limits.RateInterval,
-	})
+	}
+}
+
+// startAll starts the claimed rows.
+func (p *producer) startAll(rows []idemtype.JobRow, sent time.Time) {
+	for _, r := range rows {
+		crashpoint.Hit(crashpoint.JobAfterClaim)
+		p.start(r, sent)
+	}
 }
 
 func (p *producer) start(r idemtype.JobRow, sent time.Time) {
