@@ -91,6 +91,10 @@ func measure(ctx context.Context, sys system, rec *recorder, wl string, o option
 			return nil, fmt.Errorf("%d jobs completed but %d runs recorded", n, len(lat))
 		}
 		out[mLatency] = float64(percentile(lat, 0.99)) / float64(time.Millisecond)
+		// The rest of the latency's shape, for the progress lines only.
+		for name, q := range map[string]float64{"p50": 0.5, "p90": 0.9, "max": 1} {
+			out[name] = float64(percentile(lat, q)) / float64(time.Millisecond)
+		}
 	default:
 		return nil, fmt.Errorf("unknown workload %q", wl)
 	}

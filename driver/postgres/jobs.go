@@ -294,29 +294,7 @@ func (d *Driver) ClaimJobs(ctx context.Context, p driver.ClaimJobsParams) ([]ide
 	if p.Concurrency > 0 || p.Rate > 0 {
 		return d.claimLimited(ctx, p)
 	}
-	rows, err := d.ex.Query(ctx, jobClock+`,
-expired AS MATERIALIZED (
-	SELECT id FROM idem_jobs, c WHERE state = 'running' AND queue = $2 AND lease_until <= c.now
-	ORDER BY lease_until LIMIT $3 FOR UPDATE OF idem_jobs SKIP LOCKED),
-rescued AS (
-	UPDATE idem_jobs j SET
-		state = CASE WHEN j.attempt < j.max_attempts THEN 'available' ELSE 'dead' END,
-		finalized_at = CASE WHEN j.attempt < j.max_attempts THEN NULL ELSE c.now END,
-		run_at = c.now, lease_until = NULL, updated_at = c.now,
-		errors = `+appendError(`'lease expired: worker ' || j.worker || ' stopped heartbeating'`)+`
-	FROM c, expired WHERE j.id = expired.id
-	RETURNING j.id),
-due AS MATERIALIZED (
-	SELECT id FROM idem_jobs, c WHERE state = 'available' AND queue = $2 AND run_at <= c.now
-		AND NOT EXISTS (SELECT 1 FROM idem_job_queues p WHERE p.queue = $2 AND p.paused_at IS NOT NULL)
-	ORDER BY priority, run_at, id LIMIT $4 FOR UPDATE OF idem_jobs SKIP LOCKED),
-claimed AS (
-	UPDATE idem_jobs j SET state = 'running', attempt = j.attempt + 1, lease_id = $5,
-		lease_until = c.now + $6`+msInterval+`, worker = $7, attempted_at = c.now, updated_at = c.now
-	FROM c, due WHERE j.id = due.id
-	RETURNING j.*)
-SELECT `+jobCols("claimed.")+`, c.now FROM claimed, c ORDER BY claimed.priority, claimed.run_at, claimed.id`,
-		d.clock(), p.Queue, p.RescueLimit, p.Limit, p.LeaseID, p.Lease.Milliseconds(), p.Worker)
+	rows, err := d.ex.Query(ctx, claimJobsSQL, d.claimArgs(p)...)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: claim jobs: %w", err)
 	}
@@ -325,6 +303,34 @@ SELECT `+jobCols("claimed.")+`, c.now FROM claimed, c ORDER BY claimed.priority,
 		return nil, fmt.Errorf("postgres: claim jobs: %w", err)
 	}
 	return out, nil
+}
+
+// claimJobsSQL is ClaimJobs' statement; its arguments are claimArgs.
+var claimJobsSQL = jobClock + `,
+expired AS MATERIALIZED (
+	SELECT id FROM idem_jobs, c WHERE state = 'running' AND queue = $2 AND lease_until <= c.now
+	ORDER BY lease_until LIMIT $3 FOR UPDATE OF idem_jobs SKIP LOCKED),
+rescued AS (
+	UPDATE idem_jobs j SET
+		state = CASE WHEN j.attempt < j.max_attempts THEN 'available' ELSE 'dead' END,
+		finalized_at = CASE WHEN j.attempt < j.max_attempts THEN NULL ELSE c.now END,
+		run_at = c.now, lease_until = NULL, updated_at = c.now,
+		errors = ` + appendError(`'lease expired: worker ' || j.worker || ' stopped heartbeating'`) + `
+	FROM c, expired WHERE j.id = expired.id
+	RETURNING j.id),
+due AS MATERIALIZED (
+	SELECT id FROM idem_jobs, c WHERE state = 'available' AND queue = $2 AND run_at <= c.now
+		AND NOT EXISTS (SELECT 1 FROM idem_job_queues p WHERE p.queue = $2 AND p.paused_at IS NOT NULL)
+	ORDER BY priority, run_at, id LIMIT $4 FOR UPDATE OF idem_jobs SKIP LOCKED),
+claimed AS (
+	UPDATE idem_jobs j SET state = 'running', attempt = j.attempt + 1, lease_id = $5,
+		lease_until = c.now + $6` + msInterval + `, worker = $7, attempted_at = c.now, updated_at = c.now
+	FROM c, due WHERE j.id = due.id
+	RETURNING j.*)
+SELECT ` + jobCols("claimed.") + `, c.now FROM claimed, c ORDER BY claimed.priority, claimed.run_at, claimed.id`
+
+func (d *Driver) claimArgs(p driver.ClaimJobsParams) []any {
+	return []any{d.clock(), p.Queue, p.RescueLimit, p.Limit, p.LeaseID, p.Lease.Milliseconds(), p.Worker}
 }
 
 // jobFenced is the predicate of every write a job's holder makes ($2…$4).
@@ -372,6 +378,67 @@ func (d *Driver) FinishJob(ctx context.Context, q driver.Executor, p driver.Fini
 // FinishJobs ends many claims in one statement, each row fenced on its own;
 // the ids it returns are the ones that were still held.
 func (d *Driver) FinishJobs(ctx context.Context, ps []driver.FinishJobParams) ([]bool, error) {
+	rows, err := d.ex.Query(ctx, finishJobsSQL, d.finishArgs(ps)...)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: finish jobs: %w", err)
+	}
+	fenced, err := scanFinished(rows, ps)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: finish jobs: %w", err)
+	}
+	return fenced, nil
+}
+
+// FinishAndClaimJobs ends the claims ps and claims up to p.Limit jobs of
+// p.Queue in one round trip and one commit: FinishJobs' statement and
+// ClaimJobs' statement sent as one pipeline, which PostgreSQL runs as one
+// implicit transaction (one WAL flush instead of two). The claim sees
+// the finish (READ COMMITTED: a snapshot per statement), so a job the
+// finish made available again without delay may be claimed at once. A
+// limited queue (p.Concurrency, p.Rate) is claimed by ClaimJobs after
+// FinishJobs, in two transactions.
+func (d *Driver) FinishAndClaimJobs(ctx context.Context, ps []driver.FinishJobParams, p driver.ClaimJobsParams) ([]bool, []idemtype.JobRow, error) {
+	if p.Concurrency > 0 || p.Rate > 0 || len(ps) == 0 {
+		var fenced []bool
+		if len(ps) > 0 {
+			var err error
+			if fenced, err = d.FinishJobs(ctx, ps); err != nil {
+				return nil, nil, err
+			}
+		}
+		rows, err := d.ClaimJobs(ctx, p)
+		return fenced, rows, err
+	}
+	b := &pgx.Batch{}
+	b.Queue(finishJobsSQL, d.finishArgs(ps)...)
+	b.Queue(claimJobsSQL, d.claimArgs(p)...)
+	br := d.pool.SendBatch(ctx, b)
+	fenced, ferr := batchRows(br, func(rows driver.Rows) ([]bool, error) { return scanFinished(rows, ps) })
+	claimed, cerr := batchRows(br, scanJobs)
+	if err := errors.Join(ferr, cerr, br.Close()); err != nil {
+		return nil, nil, fmt.Errorf("postgres: finish and claim jobs: %w", unknownOutcome(err))
+	}
+	return fenced, claimed, nil
+}
+
+// batchRows reads the next result of a pipeline with scan.
+func batchRows[T any](br pgx.BatchResults, scan func(driver.Rows) (T, error)) (T, error) {
+	rows, err := br.Query()
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return scan(pgxRows{rows})
+}
+
+// finishJobsSQL is FinishJobs' statement; its arguments are finishArgs.
+var finishJobsSQL = jobClock + `, v AS (SELECT * FROM unnest($2::bigint[], $3::int[], $4::bigint[], $5::text[], $6::bigint[], $7::bytea[], $8::text[], $9::bool[])
+		AS v(id, attempt, lease_id, state, delay_ms, result, error, snooze))
+	UPDATE idem_jobs j SET ` + jobFinishSet + ` FROM c, v
+	WHERE j.id = v.id AND j.attempt = v.attempt AND j.lease_id = v.lease_id AND j.state = 'running' AND j.lease_until > c.now
+	RETURNING j.id`
+
+func (d *Driver) finishArgs(ps []driver.FinishJobParams) []any {
 	var (
 		ids, leases, delays []int64
 		attempts            []int32
@@ -384,25 +451,23 @@ func (d *Driver) FinishJobs(ctx context.Context, ps []driver.FinishJobParams) ([
 		states, delays = append(states, string(p.State)), append(delays, p.Delay.Milliseconds())
 		results, errs, snoozes = append(results, p.Result), append(errs, p.Error), append(snoozes, p.Snooze)
 	}
-	rows, err := d.ex.Query(ctx, jobClock+`, v AS (SELECT * FROM unnest($2::bigint[], $3::int[], $4::bigint[], $5::text[], $6::bigint[], $7::bytea[], $8::text[], $9::bool[])
-		AS v(id, attempt, lease_id, state, delay_ms, result, error, snooze))
-	UPDATE idem_jobs j SET `+jobFinishSet+` FROM c, v
-	WHERE j.id = v.id AND j.attempt = v.attempt AND j.lease_id = v.lease_id AND j.state = 'running' AND j.lease_until > c.now
-	RETURNING j.id`, d.clock(), ids, attempts, leases, states, delays, results, errs, snoozes)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: finish jobs: %w", err)
-	}
+	return []any{d.clock(), ids, attempts, leases, states, delays, results, errs, snoozes}
+}
+
+// scanFinished reads the ids finishJobsSQL returned, closes rows, and
+// reports which of ps were fenced.
+func scanFinished(rows driver.Rows, ps []driver.FinishJobParams) ([]bool, error) {
 	defer rows.Close()
-	held := map[int64]bool{}
+	held := make(map[int64]bool, len(ps))
 	for rows.Next() {
 		var id int64
 		if err := rows.Scan(&id); err != nil {
-			return nil, fmt.Errorf("postgres: finish jobs: %w", err)
+			return nil, err
 		}
 		held[id] = true
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("postgres: finish jobs: %w", err)
+		return nil, err
 	}
 	fenced := make([]bool, len(ps))
 	for i, p := range ps {

@@ -110,8 +110,11 @@ SELECT `+jobCols("claimed.")+`, c.now FROM claimed, c ORDER BY claimed.priority,
 // until its jobs finish.
 func limitScan(limit int) int { return max(limit*16, 1000) }
 
-// InsertJobsFast reserves ids from the sequence, then COPYs the rows in,
-// in one transaction.
+// InsertJobsFast reserves ids from the sequence in one statement, then
+// COPYs the rows in: two round trips. The COPY needs no transaction
+// around it, since a COPY is atomic on its own (all rows or none); if it
+// fails, the reserved ids are left unused, as a rolled back insert leaves
+// them.
 func (d *Driver) InsertJobsFast(ctx context.Context, jobs []driver.JobInsert) ([]int64, error) {
 	if len(jobs) == 0 {
 		return nil, nil
@@ -121,17 +124,14 @@ func (d *Driver) InsertJobsFast(ctx context.Context, jobs []driver.JobInsert) ([
 			return nil, fmt.Errorf("postgres: insert jobs fast: job %d has a unique key; COPY cannot skip duplicates", i)
 		}
 	}
-	tx, err := d.pool.Begin(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: insert jobs fast: %w", err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
 	var (
 		now time.Time
 		ids []int64
 	)
-	if err := tx.QueryRow(ctx, `SELECT coalesce($1::timestamptz, statement_timestamp()),
-	array(SELECT nextval(pg_get_serial_sequence('idem_jobs', 'id')) FROM generate_series(1, $2))`,
+	// The sequence is resolved once (an uncorrelated scalar subquery is an
+	// InitPlan), not once per id.
+	if err := d.pool.QueryRow(ctx, `SELECT coalesce($1::timestamptz, statement_timestamp()),
+	array(SELECT nextval((SELECT pg_get_serial_sequence('idem_jobs', 'id')::regclass)) FROM generate_series(1, $2))`,
 		d.clock(), len(jobs)).Scan(&now, &ids); err != nil {
 		return nil, fmt.Errorf("postgres: insert jobs fast: reserve ids: %w", err)
 	}
@@ -164,12 +164,9 @@ func (d *Driver) InsertJobsFast(ctx context.Context, jobs []driver.JobInsert) ([
 		i++
 		return row, nil
 	})
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"idem_jobs"}, []string{"id", "queue", "kind", "args", "state", "max_attempts",
+	if _, err := d.pool.CopyFrom(ctx, pgx.Identifier{"idem_jobs"}, []string{"id", "queue", "kind", "args", "state", "max_attempts",
 		"run_at", "created_at", "updated_at", "priority", "metadata", "partition_key"}, src); err != nil {
-		return nil, fmt.Errorf("postgres: insert jobs fast: copy: %w", err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("postgres: insert jobs fast: %w", err)
+		return nil, fmt.Errorf("postgres: insert jobs fast: copy: %w", unknownOutcome(err))
 	}
 	return ids, nil
 }
