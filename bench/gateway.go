@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"runtime/debug"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -240,6 +242,7 @@ func serve(label string, h http.Handler) (base string, stop func(), err error) {
 const (
 	largeResponse = 1 << 20 // bytes: the gateway's default MaxResponse, stored whole
 	largeInFlight = 100     // concurrent requests
+	memorySlice   = 8 * time.Second
 )
 
 // memoryRows: largeInFlight connections of keyed POSTs whose answers are
@@ -268,19 +271,54 @@ func (r *runner) memoryRows(ctx context.Context) ([]Result, error) {
 	defer stopSides()
 
 	r.progress("gateway 1 MiB responses, %d connections: idem gateway, bare httputil.ReverseProxy", largeInFlight)
-	var rss [2]float64
-	peak := func(i int) func() { return func() { rss[i] = max(rss[i], peakRSS()) } }
-	st, err := compare(ctx, largeInFlight, r.o.Duration,
-		side{name: "idem", op: idemOp, before: resetPeakRSS, after: peak(0)},
-		side{name: "baseline", op: bare, before: resetPeakRSS, after: peak(1)})
-	if err != nil {
-		return nil, fmt.Errorf("1 MiB responses: %w", err)
+	// Each side runs two long slices, A B then B A: long enough for many
+	// waves of 100 answers, so that what the collector leaves behind
+	// between waves shows, not only one wave's worth.
+	slice := max(r.o.Duration/2, memorySlice)
+	var (
+		st    [2]Stat
+		peaks [2]memPeak
+		idle  [2]uint64 // resident set at the start of each side's first slice
+	)
+	ops := [2]opFunc{idemOp, bare}
+	names := [2]string{"idem", "baseline"}
+	for round := range 2 {
+		for k := range 2 {
+			i := k ^ round
+			resetPeakRSS()
+			if idle[i] == 0 {
+				idle[i] = currentRSS()
+			}
+			smp := startMemSampler()
+			var (
+				s   Stat
+				err error
+			)
+			pprof.Do(ctx, pprof.Labels("side", names[i]), func(ctx context.Context) {
+				s, err = closedLoop(ctx, largeInFlight, warmup(slice), slice, ops[i])
+			})
+			p := smp.Stop()
+			if err != nil {
+				return nil, fmt.Errorf("1 MiB responses: %w", err)
+			}
+			st[i].add(s)
+			q := &peaks[i]
+			q.heap, q.goal, q.goMapped = max(q.heap, p.heap), max(q.goal, p.goal), max(q.goMapped, p.goMapped)
+			q.rss = max(q.rss, p.rss, uint64(peakRSS()*(1<<20)))
+		}
 	}
 	res := newResult(GroupMemory, "gateway 1 MiB responses", "bare httputil.ReverseProxy, same upstream",
-		r.db, largeInFlight, r.o.Duration, st[0], st[1], true)
-	res.PeakRSSMegabytes = rss[0]
+		r.db, largeInFlight, 2*slice, st[0], st[1], true)
+	mib := func(b uint64) float64 { return float64(b) / (1 << 20) }
+	res.PeakRSSMegabytes = mib(peaks[0].rss)
 	inFlight := float64(largeInFlight*largeResponse) / (1 << 20)
-	res.Note = fmt.Sprintf("peak RSS of the whole bench process while each side ran: gateway %.0f MiB (%.2f× the %.0f MiB of responses in flight), bare proxy %.0f MiB",
-		rss[0], rss[0]/inFlight, inFlight, rss[1])
+	limit := "off"
+	if n := debug.SetMemoryLimit(-1); n < math.MaxInt64 {
+		limit = fmt.Sprintf("%.0f MiB", mib(uint64(n)))
+	}
+	res.Note = fmt.Sprintf("Go memory limit (GOMEMLIMIT) %s; peak RSS of the whole bench process while each side ran: gateway %.0f MiB (%.2f× the %.0f MiB of responses in flight; %.0f MiB above the %.0f MiB resident before it, %.2f×; Go heap peak %.0f MiB, heap goal %.0f MiB, Go-mapped %.0f MiB), bare proxy %.0f MiB (%.0f MiB above %.0f MiB; Go heap peak %.0f MiB)",
+		limit, mib(peaks[0].rss), mib(peaks[0].rss)/inFlight, inFlight, mib(peaks[0].rss-idle[0]), mib(idle[0]), mib(peaks[0].rss-idle[0])/inFlight,
+		mib(peaks[0].heap), mib(peaks[0].goal), mib(peaks[0].goMapped),
+		mib(peaks[1].rss), mib(peaks[1].rss-idle[1]), mib(idle[1]), mib(peaks[1].heap))
 	return []Result{res}, nil
 }

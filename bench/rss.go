@@ -3,17 +3,21 @@ package bench
 import (
 	"bufio"
 	"os"
+	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Process and machine statistics: peak memory, CPU time.
 
 // resetPeakRSS returns freed memory to the system, so that what earlier
-// rows left behind does not count, and restarts the kernel's peak-RSS count
+// rows (or the other side of a row) left behind does not count, and restarts the kernel's peak-RSS count
 // for this process (Linux: clear_refs 5); elsewhere it does nothing.
 func resetPeakRSS() {
+	runtime.GC() // with FreeOSMemory's, two: sync.Pools are emptied too
 	debug.FreeOSMemory()
 	os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
 }
@@ -59,4 +63,70 @@ func machineCPU() (busy, total uint64) {
 		}
 	}
 	return busy, total
+}
+
+// memSampler watches the process's memory while a side runs: the peak of
+// the Go heap's objects (live and not yet swept), of the collector's heap
+// goal, of the memory Go has mapped and not returned, and of the resident
+// set, each sampled every few milliseconds.
+type memSampler struct {
+	stop chan struct{}
+	done chan struct{}
+	peak memPeak
+}
+
+// memPeak is what a memSampler saw, in bytes.
+type memPeak struct {
+	heap, goal, goMapped, rss uint64
+}
+
+func startMemSampler() *memSampler {
+	s := &memSampler{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		samples := []metrics.Sample{
+			{Name: "/memory/classes/heap/objects:bytes"},
+			{Name: "/gc/heap/goal:bytes"},
+			{Name: "/memory/classes/total:bytes"},
+			{Name: "/memory/classes/heap/released:bytes"},
+		}
+		t := time.NewTicker(2 * time.Millisecond)
+		defer t.Stop()
+		for {
+			metrics.Read(samples)
+			p := &s.peak
+			p.heap = max(p.heap, samples[0].Value.Uint64())
+			p.goal = max(p.goal, samples[1].Value.Uint64())
+			p.goMapped = max(p.goMapped, samples[2].Value.Uint64()-samples[3].Value.Uint64())
+			p.rss = max(p.rss, currentRSS())
+			select {
+			case <-s.stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return s
+}
+
+// Stop ends the sampling and returns the peaks.
+func (s *memSampler) Stop() memPeak {
+	close(s.stop)
+	<-s.done
+	return s.peak
+}
+
+// currentRSS is the process's resident set now, in bytes (Linux
+// /proc/self/statm); 0 elsewhere.
+func currentRSS() uint64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0
+	}
+	pages, _ := strconv.ParseUint(f[1], 10, 64)
+	return pages * uint64(os.Getpagesize())
 }

@@ -143,6 +143,9 @@ func (g *guard) finishLease(base context.Context, c *idem.Claim, act action, rec
 	default:
 		status, h, body := rec.result()
 		err = g.complete(ctx, nil, c, g.cfg.storedResult(status, h, body))
+		if err != nil && !errors.Is(err, idem.ErrLeaseLost) {
+			rec.retain() // the write may still be queued with body
+		}
 	}
 	switch {
 	case errors.Is(err, idem.ErrLeaseLost):

@@ -2,14 +2,15 @@ package idemhttp
 
 import (
 	"bufio"
-	"bytes"
 	"cmp"
 	"fmt"
 	"io"
+	"math/bits"
 	"net"
 	"net/http"
 	"os"
 	"strconv"
+	"sync"
 )
 
 // recorder is the ResponseWriter a guarded handler writes to. It holds the
@@ -31,12 +32,13 @@ type recorder struct {
 	w      http.ResponseWriter
 	h      http.Header
 	status int
-	buf    bytes.Buffer
+	buf    []byte // the held body; a pooled buffer once it is large (see getBuf)
 	limit  int64
 	lease  bool // may hand the response to the client before the handler returns
 	proxy  bool // the handler is a Forwarder: its flushes do not make a stream
 
 	passing   string // "" while holding; else why the response went through
+	retained  bool   // buf may still be read by a write the ledger did not answer
 	spill     *os.File
 	spilled   int64
 	clientErr error
@@ -83,7 +85,7 @@ func (r *recorder) Write(p []byte) (int, error) {
 	if r.status == 0 {
 		r.WriteHeader(http.StatusOK)
 	}
-	if r.passing == "" && int64(r.buf.Len())+r.spilled+int64(len(p)) > r.limit {
+	if r.passing == "" && int64(len(r.buf))+r.spilled+int64(len(p)) > r.limit {
 		if r.lease {
 			r.pass(notStoredTooLarge)
 		} else {
@@ -91,10 +93,14 @@ func (r *recorder) Write(p []byte) (int, error) {
 		}
 	}
 	if r.passing == "" {
-		if r.buf.Cap() == 0 {
+		if cap(r.buf) == 0 {
 			r.sizeBuffer()
 		}
-		return r.buf.Write(p)
+		if need := len(r.buf) + len(p); need > cap(r.buf) {
+			r.grow(need)
+		}
+		r.buf = append(r.buf, p...)
+		return len(p), nil
 	}
 	if r.clientErr != nil && r.passing == notStoredTooLarge {
 		return len(p), nil
@@ -114,9 +120,34 @@ func (r *recorder) Write(p []byte) (int, error) {
 // leave the smaller copies behind as garbage, about the body's size again.
 func (r *recorder) sizeBuffer() {
 	if n, err := strconv.ParseInt(r.h.Get("Content-Length"), 10, 64); err == nil && n > 0 && n <= r.limit {
-		r.buf.Grow(int(n))
+		r.buf = getBuf(int(n))
 	}
 }
+
+// grow gives the buffer room for need bytes: twice its size (at most the
+// limit), or need if that is more. A large old buffer goes back to the
+// pool, so that growing leaves no garbage behind.
+func (r *recorder) grow(need int) {
+	n := max(need, min(2*cap(r.buf), int(r.limit)), 512)
+	b := append(getBuf(n), r.buf...)
+	putBuf(r.buf)
+	r.buf = b
+}
+
+// release gives the buffer back to the pool, unless a write the ledger did
+// not answer may still read it.
+func (r *recorder) release() {
+	if !r.retained {
+		putBuf(r.buf)
+	}
+	r.buf = nil
+}
+
+// retain marks the held body as possibly still in use by the ledger: its
+// completion ended without an answer (a context ended after the write was
+// queued, or a failure that may leave it queued), so the buffer is left to
+// the collector instead of being reused.
+func (r *recorder) retain() { r.retained = true }
 
 func (r *recorder) spillWrite(p []byte) (int, error) {
 	if r.spill == nil {
@@ -137,12 +168,12 @@ func (r *recorder) pass(why string) {
 	r.passing = why
 	copyHeader(r.w.Header(), r.h)
 	r.w.WriteHeader(cmp.Or(r.status, http.StatusOK))
-	if r.buf.Len() > 0 {
-		if _, err := r.w.Write(r.buf.Bytes()); err != nil {
+	if len(r.buf) > 0 {
+		if _, err := r.w.Write(r.buf); err != nil {
 			r.clientErr = err
 		}
 	}
-	r.buf = bytes.Buffer{}
+	r.release()
 }
 
 // FlushError flushes a response that goes through. In lease-bound mode a
@@ -198,7 +229,7 @@ func (r *recorder) held() bool { return r.passing == "" }
 // the ones the client gets.
 func (r *recorder) result() (int, http.Header, []byte) {
 	status := cmp.Or(r.status, http.StatusOK)
-	body := r.buf.Bytes()
+	body := r.buf
 	if _, set := r.h["Content-Type"]; !set && len(body) > 0 && bodyAllowed(status) && r.spill == nil {
 		r.h.Set("Content-Type", http.DetectContentType(body))
 	}
@@ -233,11 +264,13 @@ func (r *recorder) send() {
 // instead (transaction-bound mode, when the commit failed).
 func (r *recorder) discard() {
 	r.h = http.Header{}
-	r.buf = bytes.Buffer{}
+	r.buf = nil // not pooled: a rare path, and the ledger's write failed with it
 }
 
-// close removes the spill file, if any.
+// close gives the buffer back to the pool (the response is sent and
+// recorded by now) and removes the spill file, if any.
 func (r *recorder) close() {
+	r.release()
 	if r.spill != nil {
 		r.spill.Close()
 		os.Remove(r.spill.Name())
@@ -258,4 +291,54 @@ func isEventStream(h http.Header) bool {
 // bodyAllowed mirrors net/http: 1xx, 204 and 304 responses have no body.
 func bodyAllowed(status int) bool {
 	return !(status >= 100 && status < 200) && status != http.StatusNoContent && status != http.StatusNotModified
+}
+
+// Buffers of held responses larger than minPooled come from pools, one per
+// size class, and go back once the response is sent and recorded: with
+// many large responses in flight, a new buffer for each would leave one
+// response's worth of garbage behind per request, and the collector lets
+// the heap grow to twice what is live before it runs. Reused, the buffers
+// are the live memory and little else.
+const (
+	minPooled   = 64 << 10
+	minClassLog = 14 // bits.Len of minPooled, less 3 (see bufClass)
+	maxClasses  = 4 * (64 - minClassLog)
+)
+
+var bufPools [maxClasses]sync.Pool
+
+// bufClass rounds n (> minPooled) up to its size class, a quarter power
+// of two (5, 6, 7 or 8 × 2^k), so that a buffer wastes less than a quarter
+// of its size, and returns the class's index.
+func bufClass(n int) (size, idx int) {
+	k := bits.Len(uint(n-1)) - 3
+	m := (n-1)>>k + 1 // 5..8
+	return m << k, 4*(k-minClassLog) + m - 5
+}
+
+// getBuf returns an empty buffer with room for n bytes: a pooled one for
+// a large n.
+func getBuf(n int) []byte {
+	if n <= minPooled {
+		return make([]byte, 0, n)
+	}
+	size, idx := bufClass(n)
+	if p, ok := bufPools[idx].Get().(*[]byte); ok {
+		return (*p)[:0]
+	}
+	return make([]byte, 0, size)
+}
+
+// putBuf gives b back for reuse, if it is one of getBuf's large buffers.
+// Nothing may use b afterwards.
+func putBuf(b []byte) {
+	if cap(b) <= minPooled {
+		return
+	}
+	size, idx := bufClass(cap(b))
+	if size != cap(b) {
+		return
+	}
+	b = b[:0]
+	bufPools[idx].Put(&b)
 }

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -59,6 +60,7 @@ type serveConfig struct {
 	anonymousScope                string
 	lease, retention              time.Duration
 	maxBody, maxResponse          byteSize
+	memoryLimit                   byteSize // 0: off
 	onConflict, on5xx, stale      string
 	releaseStatus                 string
 	waitTimeout, timeout, drain   time.Duration
@@ -102,6 +104,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.DurationVar(&c.timeout, "upstream-timeout", gateway.DefaultTimeout, "bound on a guarded upstream call; a sent call that times out gets 504 and keeps its claim")
 	fs.DurationVar(&c.readTimeout, "read-timeout", 30*time.Second, "bound on reading a whole request, body included; a stalled body is cut off (408)")
 	fs.DurationVar(&c.idleTimeout, "idle-timeout", 2*time.Minute, "how long an idle keep-alive connection stays open (gateway and admin)")
+	fs.Var(&c.memoryLimit, "memory-limit", "soft limit on the memory Go manages (`size`; GOMEMLIMIT's semantics): the collector runs more often as it nears it, rather than letting the heap grow to twice what is live, at some CPU cost; it is not a cap (SQLite's cache, the program's code and what is live stay). Off by default; GOMEMLIMIT still applies")
 	fs.IntVar(&c.maxInFlight, "max-inflight", 256, "most guarded requests handled at once (each may hold --max-body); past it 503 too-busy with Retry-After")
 	fs.DurationVar(&c.drain, "drain-timeout", 30*time.Second, "on SIGTERM, how long to let in-flight requests finish")
 	fs.StringVar(&c.configFile, "config", "", "YAML `file` of per-route policies (docs/http.md#per-route-policies); the flags are the defaults routes inherit; SIGHUP reloads it")
@@ -401,6 +404,13 @@ func (c *serveConfig) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr 
 				fmt.Fprintf(stderr, "idem serve: --demo: %v\n", err)
 				return 1
 			}
+		}
+	}
+	if c.memoryLimit > 0 {
+		debug.SetMemoryLimit(int64(c.memoryLimit))
+		if held := int64(c.maxInFlight) * int64(c.maxBody+c.maxResponse); held > int64(c.memoryLimit) {
+			log.Warn("idem serve: --memory-limit is below what --max-inflight requests may hold (--max-body plus --max-response each); near it the collector runs continuously",
+				"memory_limit", c.memoryLimit.String(), "in_flight_bound", (*byteSize)(&held).String())
 		}
 	}
 	openCtx, cancel := context.WithTimeout(ctx, time.Minute)

@@ -346,6 +346,7 @@ func TestServeBadFlags(t *testing.T) {
 		{nil, []string{"--demo", "--read-timeout", "0s"}, "--read-timeout"},
 		{nil, []string{"--demo", "--idle-timeout", "-1s"}, "--idle-timeout"},
 		{nil, []string{"--demo", "--max-inflight", "0"}, "--max-inflight"},
+		{nil, []string{"--demo", "--memory-limit", "lots"}, "-memory-limit"},
 		{nil, []string{"--demo", "--db", "mysql://x"}, "--db"},
 		{nil, []string{"--demo", "--nope"}, "-nope"},
 		{[]string{"IDEM_MAX_RESPONSE=lots"}, []string{"--demo"}, "IDEM_MAX_RESPONSE"},
@@ -440,5 +441,25 @@ func TestServeDemoTwice(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "idem.db")); err == nil {
 		t.Error("the demo wrote the default idem.db")
+	}
+}
+
+// --memory-limit sets the runtime's soft limit; one below what
+// --max-inflight requests may hold is accepted with a warning.
+func TestServeMemoryLimit(t *testing.T) {
+	t.Parallel()
+	low := startGateway(t, []string{"IDEM_DB=" + testDB(t, "sqlite"), "IDEM_DEMO=true"}, "--memory-limit", "64MiB")
+	high := startGateway(t, []string{"IDEM_DB=" + testDB(t, "sqlite"), "IDEM_DEMO=true"}, "--memory-limit", "1GiB", "--max-inflight", "100")
+	for _, gw := range []*gatewayProc{low, high} {
+		if a, _ := send(context.Background(), client, gw.url+"/charges", `{"amount":1}`, "Idempotency-Key: m", "Authorization:"); a.status != 201 {
+			t.Fatalf("with --memory-limit: %d %s", a.status, a.body)
+		}
+	}
+	const warning = "--memory-limit is below what --max-inflight requests may hold"
+	if out := low.out.String(); !strings.Contains(out, warning) || !strings.Contains(out, "in_flight_bound=512MiB") {
+		t.Errorf("64MiB for 256 × 2 MiB in flight: no warning:\n%s", out)
+	}
+	if out := high.out.String(); strings.Contains(out, warning) {
+		t.Errorf("1GiB for 100 × 2 MiB in flight: warned:\n%s", out)
 	}
 }

@@ -44,6 +44,11 @@ const (
 	// batchWait is the longest a batch waits for the callers of the
 	// previous one to come back (see groupcommit.New).
 	batchWait = 200 * time.Microsecond
+	// maxBatchBytes bounds the arguments (stored responses) one batch
+	// gathers: pgx encodes a whole pipeline into one buffer, a copy of
+	// every body in it (and the buffer grows by doubling), so 64 writes of
+	// 1 MiB would hold 64 MiB more than their callers do.
+	maxBatchBytes = 4 << 20
 	// batchLockTimeout bounds a lock wait inside a batch.
 	batchLockTimeout = "50ms"
 	// batchTimeout bounds one batch. Past it before COMMIT the batch is
@@ -72,7 +77,7 @@ func (d *Driver) startGroupCommit(max int) {
 		d.committers = append(d.committers, c)
 		commits[i] = c.commit
 	}
-	d.gc = groupcommit.NewWriter(d.ex, max, batchWait, commits...)
+	d.gc = groupcommit.NewWriterBounded(d.ex, max, maxBatchBytes, batchWait, commits...)
 }
 
 // stopGroupCommit waits for the batches in flight and closes the

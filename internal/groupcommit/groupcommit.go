@@ -16,10 +16,12 @@
 package groupcommit
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,8 +52,9 @@ type Write struct {
 	Row   func(Scanner) error
 	Exec  func(rowsAffected int64) error
 
-	ctx  context.Context
-	done chan error
+	ctx   context.Context
+	done  chan error
+	bytes int // of the byte slices and strings in Args
 }
 
 // Context is the submitter's context, for its values; a committer does not
@@ -113,9 +116,16 @@ func MaxBatch(configured, def int) int {
 // New). With max <= 1, or no commit functions, every write commits on its
 // own. Lone writes run on pool in their caller's goroutine.
 func NewWriter(pool driver.Executor, max int, wait time.Duration, commits ...func([]*Write)) *Writer {
+	return NewWriterBounded(pool, max, 0, wait, commits...)
+}
+
+// NewWriterBounded is NewWriter whose batches also gather at most about
+// maxBytes of arguments (Config.MaxBytes; 0: no bound), for a driver that
+// copies a whole batch's arguments at once.
+func NewWriterBounded(pool driver.Executor, max, maxBytes int, wait time.Duration, commits ...func([]*Write)) *Writer {
 	wr := &Writer{pool: pool}
 	if max > 1 && len(commits) > 0 {
-		wr.q = New(Config{Max: max, Wait: wait, Alone: func(ctx context.Context, w *Write) error {
+		wr.q = New(Config{Max: max, MaxBytes: maxBytes, Wait: wait, Alone: func(ctx context.Context, w *Write) error {
 			return w.RunOn(ctx, pool)
 		}}, commits...)
 	}
@@ -145,10 +155,11 @@ func (wr *Writer) Close() {
 
 // Queue hands writes to a fixed set of committers.
 type Queue struct {
-	reqs  chan *Write // unbuffered: a write is either taken or not sent
-	max   int
-	wait  time.Duration
-	alone func(context.Context, *Write) error
+	reqs     chan *Write // unbuffered: a write is either taken or not sent
+	max      int
+	maxBytes int
+	wait     time.Duration
+	alone    func(context.Context, *Write) error
 	// active counts the writes submitted and not yet answered.
 	active atomic.Int64
 
@@ -161,6 +172,12 @@ type Queue struct {
 type Config struct {
 	// Max is the most writes in one batch.
 	Max int
+	// MaxBytes bounds the bytes of arguments (byte slices and strings:
+	// stored responses, step results) one batch gathers: a driver may copy
+	// a whole batch's arguments at once (pgx encodes a pipeline into one
+	// buffer), so large writes go in small batches. The write that crosses
+	// it is the batch's last. 0 means no bound.
+	MaxBytes int
 	// Wait is the longest a committer holds a batch open for the callers
 	// its previous batch answered, who come back with their next write
 	// while it gathers: without it, a committer quicker than those callers
@@ -178,7 +195,7 @@ type Config struct {
 // with batches of at most cfg.Max writes. A commit function must answer
 // every write of its batch; it is never called concurrently with itself.
 func New(cfg Config, commits ...func(batch []*Write)) *Queue {
-	q := &Queue{reqs: make(chan *Write), max: cfg.Max, wait: cfg.Wait, alone: cfg.Alone, stop: make(chan struct{})}
+	q := &Queue{reqs: make(chan *Write), max: cfg.Max, maxBytes: cmp.Or(cfg.MaxBytes, math.MaxInt), wait: cfg.Wait, alone: cfg.Alone, stop: make(chan struct{})}
 	for _, commit := range commits {
 		q.wg.Add(1)
 		go q.run(commit)
@@ -200,7 +217,7 @@ func (q *Queue) Do(ctx context.Context, w *Write) error {
 		}
 		return q.alone(ctx, w)
 	}
-	w.ctx, w.done = ctx, make(chan error, 1)
+	w.ctx, w.done, w.bytes = ctx, make(chan error, 1), argBytes(w.Args)
 	select {
 	case q.reqs <- w:
 	case <-ctx.Done():
@@ -227,18 +244,25 @@ func (q *Queue) run(commit func([]*Write)) {
 	last := 0 // size of the previous batch
 	var timer *time.Timer
 	for {
-		var batch []*Write
+		var (
+			batch []*Write
+			size  int // bytes of the batch's arguments
+		)
+		take := func(w *Write) {
+			batch = append(batch, w)
+			size += w.bytes
+		}
 		select {
 		case <-q.stop:
 			return
 		case w := <-q.reqs:
-			batch = append(batch, w)
+			take(w)
 		}
 	gather:
-		for len(batch) < q.max {
+		for len(batch) < q.max && size < q.maxBytes {
 			select {
 			case w := <-q.reqs:
-				batch = append(batch, w)
+				take(w)
 			default:
 				break gather
 			}
@@ -250,10 +274,10 @@ func (q *Queue) run(commit func([]*Write)) {
 				timer.Reset(q.wait)
 			}
 		wait:
-			for len(batch) < want {
+			for len(batch) < want && size < q.maxBytes {
 				select {
 				case w := <-q.reqs:
-					batch = append(batch, w)
+					take(w)
 				case <-timer.C:
 					break wait
 				}
@@ -263,6 +287,20 @@ func (q *Queue) run(commit func([]*Write)) {
 		last = len(batch)
 		commit(batch)
 	}
+}
+
+// argBytes is the size of the byte slices and strings among args.
+func argBytes(args []any) int {
+	n := 0
+	for _, a := range args {
+		switch v := a.(type) {
+		case []byte:
+			n += len(v)
+		case string:
+			n += len(v)
+		}
+	}
+	return n
 }
 
 // Live answers the writes whose submitters gave up before they ran (they

@@ -182,3 +182,65 @@ func TestWaitIsBounded(t *testing.T) {
 		t.Fatalf("%d writes in %v", total, batches())
 	}
 }
+
+// Config.MaxBytes: a batch stops gathering at the write that takes its
+// arguments' bytes to the bound, so large writes go in small batches while
+// small ones still gather by the dozen.
+func TestMaxBytesBoundsABatch(t *testing.T) {
+	t.Parallel()
+	const n, bound, big = 80, 3000, 1000
+	release := make(chan struct{})
+	var (
+		mu      sync.Mutex
+		batches [][]int // bytes of each write, per batch
+	)
+	q := New(Config{Max: 64, MaxBytes: bound}, func(b []*Write) {
+		<-release
+		b = Live(b)
+		var sizes []int
+		for _, w := range b {
+			sizes = append(sizes, argBytes(w.Args))
+		}
+		mu.Lock()
+		batches = append(batches, sizes)
+		mu.Unlock()
+		for _, w := range b {
+			w.Answer(nil)
+		}
+	})
+	defer q.Close()
+	var wg sync.WaitGroup
+	for i := range n {
+		args := []any{"k", int64(i)} // 1 byte
+		if i%2 == 0 {
+			args = append(args, make([]byte, big))
+		}
+		wg.Go(func() {
+			if err := q.Do(context.Background(), &Write{Key: "k", Args: args}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	for q.active.Load() < n { // every write submitted: the batches after the first gather from all of them
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	total, most := 0, 0
+	for _, b := range batches {
+		sum := 0
+		for _, s := range b[:len(b)-1] {
+			sum += s
+		}
+		if sum >= bound {
+			t.Errorf("batch %v: %d bytes before its last write, bound %d", b, sum, bound)
+		}
+		total += len(b)
+		most = max(most, len(b))
+	}
+	if total != n || most < 4 {
+		t.Errorf("%d writes in %d batches, the largest %d; want %d, gathered", total, len(batches), most, n)
+	}
+}
