@@ -27,7 +27,7 @@ type writer struct {
 	waiting atomic.Int64
 	// pruneRows is how many rows of each kind one prune step changes,
 	// adapted after every step so that a step holds the writer about
-	// pruneStepHold (see Driver.Prune).
+	// pruneStepHold (see Driver.PrunePaced).
 	pruneRows atomic.Int64
 }
 
