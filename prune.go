@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idemdev/idem/driver"
 	"github.com/idemdev/idem/idemtype"
 )
 
@@ -29,8 +30,10 @@ type PruneOptions struct {
 	// Duty bounds the share of time the sweep holds the database's writers
 	// while more batches remain: after a batch that took d, the next starts
 	// no sooner than d×(1−Duty)/Duty later, so that live claims get their
-	// turn (on SQLite a batch holds the one writer). Default 0.5; 1 runs the
-	// batches back to back.
+	// turn. On SQLite, where the sweep and the claims share one writer, a
+	// batch works in steps of a few milliseconds instead, each its own
+	// transaction, and the pause follows every step (see
+	// driver.PacedPruner). Default 0.5; 1 runs the batches back to back.
 	Duty float64
 }
 
@@ -60,12 +63,23 @@ func (l *Ledger) Prune(ctx context.Context, opts *PruneOptions) (PruneStats, err
 	case duty < 0.05 || duty > 1:
 		return PruneStats{}, &InputError{Field: "duty", Reason: fmt.Sprintf("%v: want a share between 0.05 and 1", o.Duty)}
 	}
+	// A driver that paces its own steps (SQLite's) pauses inside a batch;
+	// the others pause here, between batches.
+	pp, paced := l.drv.(driver.PacedPruner)
 	for o.MaxBatches == 0 || st.Batches < o.MaxBatches {
 		if err := ctx.Err(); err != nil {
 			return st, err
 		}
 		start := time.Now()
-		r, err := l.drv.Prune(ctx, size)
+		var (
+			r   idemtype.PruneCounts
+			err error
+		)
+		if paced {
+			r, err = pp.PrunePaced(ctx, size, duty)
+		} else {
+			r, err = l.drv.Prune(ctx, size)
+		}
 		if err != nil {
 			return st, fmt.Errorf("idem: prune: %w", err)
 		}
@@ -79,7 +93,7 @@ func (l *Ledger) Prune(ctx context.Context, opts *PruneOptions) (PruneStats, err
 		if r.Tombstoned < size && r.Deleted < size {
 			break
 		}
-		if duty < 1 {
+		if duty < 1 && !paced {
 			took := time.Since(start)
 			pause := time.Duration(float64(took) * (1 - duty) / duty)
 			select {

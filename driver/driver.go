@@ -156,6 +156,17 @@ type Ledger interface {
 	List(ctx context.Context, f idemtype.ListFilter) ([]idemtype.Record, error)
 }
 
+// PacedPruner is a Ledger whose prune batch paces itself: it works in
+// short steps, each a transaction, and after each pauses so that it holds
+// the database's writer at most duty (between 0.05 and 1) of the time,
+// instead of the caller pausing between whole batches. A claim waits
+// behind at most one step. SQLite's driver is one: its batch would
+// otherwise hold the one writer for the whole batch.
+type PacedPruner interface {
+	// PrunePaced is Prune in paced steps.
+	PrunePaced(ctx context.Context, limit int, duty float64) (idemtype.PruneCounts, error)
+}
+
 // Driver is one database, made from the application's handle.
 type Driver interface {
 	Ledger

@@ -242,72 +242,196 @@ func (d *Driver) Resolve(ctx context.Context, p driver.ResolveParams) (idemtype.
 // tombstone window at once (counted as tombstoned and deleted), drops the
 // results of records past retention only (they become tombstones), and
 // deletes tombstones and released keys past their window: at most limit
-// rows of each kind, in one transaction.
+// rows of each kind. It is PrunePaced with no pauses.
 func (d *Driver) Prune(ctx context.Context, limit int) (idemtype.PruneCounts, error) {
+	return d.PrunePaced(ctx, limit, 1)
+}
+
+var _ driver.PacedPruner = (*Driver)(nil)
+
+// PrunePaced is Prune in steps of a few rows of each kind, each sized to
+// hold the writer about pruneStepHold. With duty 1 the steps share one
+// transaction while no other caller waits for the writer; when one does,
+// the step's transaction commits and the writer goes to the waiting
+// callers (the writer's lock is first come, first served) before the
+// next step. With duty below 1 every step commits, and the next starts
+// no sooner than the step's time×(1−duty)/duty later. Either way a claim
+// waits behind at most one step, not a whole batch.
+//
+// A step commits without waiting for the disk (see beginUnsynced): a
+// power cut may undo the last steps, which the next sweep redoes; a claim
+// that saw a record gone commits with the durability asked for, which
+// makes the step before it durable too.
+func (d *Driver) PrunePaced(ctx context.Context, limit int, duty float64) (idemtype.PruneCounts, error) {
 	var out idemtype.PruneCounts
 	now := d.nowMS()
-	tx, err := d.w.begin(ctx)
-	if err != nil {
-		return out, fmt.Errorf("sqlite: prune: %w", err)
+	var kinds [3]pruneKind
+	var (
+		tx      *wtx
+		held    time.Time            // when tx took the writer
+		pending idemtype.PruneCounts // done in tx, not yet committed
+	)
+	defer func() {
+		if tx != nil {
+			tx.Rollback()
+		}
+	}()
+	for !pruneDone(&kinds, limit) {
+		if tx == nil {
+			var err error
+			if tx, err = d.w.beginUnsynced(ctx, d.sync); err != nil {
+				return out, fmt.Errorf("sqlite: prune: %w", err)
+			}
+		}
+		if held.IsZero() {
+			held = time.Now()
+		}
+		rows := int(d.w.pruneRows.Load())
+		if rows <= 0 {
+			rows = firstPruneRows
+		}
+		start := time.Now()
+		c, err := d.pruneStep(ctx, tx, now, &kinds, min(rows, limit), limit)
+		if err != nil {
+			return out, fmt.Errorf("sqlite: prune: %w", err)
+		}
+		took := time.Since(start)
+		pending.Tombstoned += c.Tombstoned
+		pending.Deleted += c.Deleted
+		if changed := c.Tombstoned + c.Deleted; changed > 0 && took > 0 {
+			// Size the next step from this one's rate, within bounds, and
+			// between half and twice this one: a step the scheduler stalled
+			// does not make the next ones tiny.
+			next := int(float64(rows) * float64(pruneStepHold) / float64(took))
+			d.w.pruneRows.Store(int64(min(max(next, rows/2, minPruneRows), 2*rows, maxPruneRows)))
+		}
+		if duty < 1 || d.w.contended() || ctx.Err() != nil {
+			err := tx.Commit()
+			tx = nil
+			if err != nil {
+				return out, fmt.Errorf("sqlite: prune: %w", err)
+			}
+			out.Tombstoned += pending.Tombstoned
+			out.Deleted += pending.Deleted
+			pending = idemtype.PruneCounts{}
+			if duty < 1 && !pruneDone(&kinds, limit) {
+				pause := time.Duration(float64(time.Since(held)) * (1 - duty) / duty)
+				select {
+				case <-ctx.Done():
+					return out, ctx.Err()
+				case <-time.After(min(pause, maxPruneStepPause)):
+				}
+			}
+			held = time.Time{}
+		}
 	}
-	defer tx.Rollback()
+	if tx != nil {
+		err := tx.Commit()
+		tx = nil
+		if err != nil {
+			return out, fmt.Errorf("sqlite: prune: %w", err)
+		}
+		out.Tombstoned += pending.Tombstoned
+		out.Deleted += pending.Deleted
+	}
+	return out, nil
+}
+
+// A prune step's size: the first step of a driver, the bounds, and the
+// time a step is sized to hold the writer. A claim arriving during a step
+// waits for the rest of it; the step's own cost per row grows with the
+// ledger (a random key's page of the primary key per deleted record).
+const (
+	firstPruneRows = 64
+	minPruneRows   = 4
+	maxPruneRows   = 4096
+	pruneStepHold  = 2 * time.Millisecond
+)
+
+// maxPruneStepPause bounds a pause between two steps.
+const maxPruneStepPause = time.Second
+
+// pruneDone reports whether no kind of row is left to prune in this batch.
+func pruneDone(kinds *[3]pruneKind, limit int) bool {
+	for _, k := range kinds {
+		if !k.rest && k.done < limit {
+			return false
+		}
+	}
+	return true
+}
+
+// pruneKind is one kind of row a prune changes: records past retention,
+// tombstones past their window, released keys past theirs.
+type pruneKind struct {
+	done int  // rows changed so far
+	rest bool // a step found fewer than it asked for: none are left
+}
+
+// pruneStep changes at most rows rows of each kind still open, in tx, and
+// returns what it changed.
+func (d *Driver) pruneStep(ctx context.Context, tx *wtx, now int64, kinds *[3]pruneKind, rows, limit int) (idemtype.PruneCounts, error) {
+	var out idemtype.PruneCounts
 	// Each statement is served by a partial index (idem_keys_expires,
 	// idem_keys_tombstone, idem_keys_released) instead of a table scan.
-	// The first two share one window: the first limit records past
+	// The first two share one window: the first lim records past
 	// retention in the index's order. Of these, a record past its
 	// tombstone window too is deleted without first being rewritten as a
 	// tombstone nobody could see (past tombstone_until a claim takes the
 	// key over anyway); the rest become tombstones: once the deletes are
-	// done, the window's rest is the first limit−deleted records past
+	// done, the window's rest is the first lim−deleted records past
 	// retention. A window, not a search of all records past retention for
 	// those past both windows, which would read them all when there are
 	// none.
 	const window = `SELECT rowid FROM (SELECT rowid, tombstone_until AS until FROM idem_keys
 		WHERE state IN ('succeeded', 'failed') AND expires_at <= ?1 LIMIT ?2) WHERE until `
-	var gone int
-	for _, q := range []struct {
-		sql              string
-		tomb, dele, rest bool
-	}{
-		{`DELETE FROM idem_keys WHERE rowid IN (` + window + `<= ?1)`, true, true, false},
-		{`UPDATE idem_keys SET state = 'tombstone', status = 0, meta = NULL, body = NULL, updated_at = ?1
-		WHERE rowid IN (` + window + `> ?1)`, true, false, true},
-		{`DELETE FROM idem_keys WHERE rowid IN (SELECT rowid FROM idem_keys WHERE state = 'tombstone' AND tombstone_until <= ?1 LIMIT ?2)`, false, true, false},
-		{`DELETE FROM idem_keys WHERE rowid IN (SELECT rowid FROM idem_keys WHERE state = 'released' AND updated_at + retention_ms <= ?1 LIMIT ?2)`, false, true, false},
+	for i, stmts := range [3][]string{
+		{`DELETE FROM idem_keys WHERE rowid IN (` + window + `<= ?1)`,
+			`UPDATE idem_keys SET state = 'tombstone', status = 0, meta = NULL, body = NULL, updated_at = ?1
+		WHERE rowid IN (` + window + `> ?1)`},
+		{`DELETE FROM idem_keys WHERE rowid IN (SELECT rowid FROM idem_keys WHERE state = 'tombstone' AND tombstone_until <= ?1 LIMIT ?2)`},
+		{`DELETE FROM idem_keys WHERE rowid IN (SELECT rowid FROM idem_keys WHERE state = 'released' AND updated_at + retention_ms <= ?1 LIMIT ?2)`},
 	} {
-		lim := limit
-		if q.rest {
-			lim -= gone
+		k := &kinds[i]
+		lim := min(rows, limit-k.done)
+		if k.rest || lim <= 0 {
+			continue
 		}
-		n, err := tx.Exec(ctx, q.sql, now, lim)
-		if err != nil {
-			return out, fmt.Errorf("sqlite: prune: %w", err)
+		got := 0
+		for j, q := range stmts {
+			n, err := tx.Exec(ctx, q, now, lim-got)
+			if err != nil {
+				return out, err
+			}
+			got += int(n)
+			switch {
+			case i == 0 && j == 0: // deleted at once
+				out.Tombstoned += int(n)
+				out.Deleted += int(n)
+			case i == 0: // tombstoned
+				out.Tombstoned += int(n)
+			default:
+				out.Deleted += int(n)
+			}
 		}
-		if q.tomb && q.dele {
-			gone = int(n)
-		}
-		if q.tomb {
-			out.Tombstoned += int(n)
-		}
-		if q.dele {
-			out.Deleted += int(n)
-		}
+		k.done += got
+		k.rest = got < lim
 	}
 	if d.vacuum && out.Tombstoned+out.Deleted > 0 {
 		// Give the freed pages back to the file system, a bounded number a
-		// batch (a few per record: its body, its index entries). The pragma
+		// step (a few per record: its body, its index entries). The pragma
 		// frees one page per result row: read them all.
-		rows, err := tx.Query(ctx, fmt.Sprintf(`PRAGMA incremental_vacuum(%d)`, vacuumPagesPerRecord*limit))
+		rows, err := tx.Query(ctx, fmt.Sprintf(`PRAGMA incremental_vacuum(%d)`, vacuumPagesPerRecord*(out.Tombstoned+out.Deleted)))
 		if err == nil {
 			for rows.Next() {
 			}
 			err = errors.Join(rows.Err(), rows.Close())
 		}
 		if err != nil {
-			return out, fmt.Errorf("sqlite: prune: incremental_vacuum: %w", err)
+			return out, fmt.Errorf("incremental_vacuum: %w", err)
 		}
 	}
-	return out, tx.Commit()
+	return out, nil
 }
 
 // vacuumPagesPerRecord bounds the pages a prune batch hands back to the

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/idemdev/idem/driver"
 )
@@ -21,6 +22,13 @@ type writer struct {
 	closed    chan struct{}   // closed by close: later statements fail at once
 	closeOnce sync.Once
 	closeErr  error
+	// waiting counts the callers blocked in lock: a long holder (a prune)
+	// gives the writer up between its steps while it is not zero.
+	waiting atomic.Int64
+	// pruneRows is how many rows of each kind one prune step changes,
+	// adapted after every step so that a step holds the writer about
+	// pruneStepHold (see Driver.PrunePaced).
+	pruneRows atomic.Int64
 }
 
 func newWriter(conn *sql.Conn) *writer {
@@ -38,19 +46,35 @@ func (w *writer) lock(ctx context.Context) error {
 	}
 	select {
 	case w.sem <- struct{}{}:
-		select {
-		case <-w.closed: // close took the writer and gave it up for good
-			<-w.sem
-			return errClosed
-		default:
-			return nil
-		}
+		return w.taken()
+	default:
+	}
+	w.waiting.Add(1)
+	defer w.waiting.Add(-1)
+	select {
+	case w.sem <- struct{}{}:
+		return w.taken()
 	case <-w.closed:
 		return errClosed
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
+
+// taken checks, once the writer is taken, that close did not take it for
+// good first.
+func (w *writer) taken() error {
+	select {
+	case <-w.closed: // close took the writer and gave it up for good
+		<-w.sem
+		return errClosed
+	default:
+		return nil
+	}
+}
+
+// contended reports whether another caller is waiting for the writer.
+func (w *writer) contended() bool { return w.waiting.Load() > 0 }
 
 func (w *writer) unlock() { <-w.sem }
 
@@ -132,11 +156,56 @@ func (w *writer) begin(ctx context.Context) (*wtx, error) {
 	return &wtx{w: w}, nil
 }
 
+// beginUnsynced is begin for a transaction whose commit need not wait for
+// the disk (synchronous = NORMAL until it ends; then the connection's
+// synchronous is set back to restore). It is for writes whose loss in a
+// power cut is harmless (a prune step: the next sweep redoes it). The WAL
+// is written in order, so the next synced commit, or the next checkpoint,
+// makes this one durable too; until then a power cut may lose it and
+// nothing after it.
+func (w *writer) beginUnsynced(ctx context.Context, restore Synchronous) (*wtx, error) {
+	if restore != SyncFull {
+		return w.begin(ctx)
+	}
+	if err := w.lock(ctx); err != nil {
+		return nil, err
+	}
+	t := &wtx{w: w, restore: restore}
+	if _, err := w.conn.ExecContext(ctx, `PRAGMA synchronous = NORMAL`); err != nil {
+		t.done = true
+		return nil, errors.Join(err, t.release())
+	}
+	if _, err := w.conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+		t.done = true
+		return nil, errors.Join(err, t.release())
+	}
+	return t, nil
+}
+
 // wtx is a transaction on the writer. Its statements run on the writer's
 // connection, which it holds.
 type wtx struct {
 	w    *writer
 	done bool
+	// restore, when set, is the synchronous the connection goes back to
+	// when the transaction ends (see beginUnsynced).
+	restore Synchronous
+}
+
+// release gives the writer back, first setting synchronous back to
+// restore if the transaction changed it. If it cannot, the writer closes
+// for good rather than commit later writes with less durability than was
+// asked for.
+func (t *wtx) release() error {
+	defer t.w.unlock()
+	if t.restore == "" {
+		return nil
+	}
+	if _, err := t.w.conn.ExecContext(context.Background(), `PRAGMA synchronous = `+string(t.restore)); err != nil {
+		t.w.breakOff()
+		return fmt.Errorf("synchronous = %s: %w; the writer is closed", t.restore, err)
+	}
+	return nil
 }
 
 func (t *wtx) ex() driver.Executor { return t.w.ex }
@@ -160,14 +229,13 @@ func (t *wtx) Commit() error {
 		return errors.New("sqlite: transaction already ended")
 	}
 	t.done = true
-	defer t.w.unlock()
 	// Not under a caller's context: a COMMIT cut short would leave the
 	// outcome unknown for nothing.
 	if _, err := t.w.conn.ExecContext(context.Background(), `COMMIT`); err != nil {
 		t.w.conn.ExecContext(context.Background(), `ROLLBACK`)
-		return fmt.Errorf("commit: %w", err)
+		return errors.Join(fmt.Errorf("commit: %w", err), t.release())
 	}
-	return nil
+	return t.release()
 }
 
 // Rollback rolls back and gives the writer back; after Commit it does
@@ -177,7 +245,15 @@ func (t *wtx) Rollback() error {
 		return nil
 	}
 	t.done = true
-	defer t.w.unlock()
 	_, err := t.w.conn.ExecContext(context.Background(), `ROLLBACK`)
-	return err
+	return errors.Join(err, t.release())
+}
+
+// breakOff closes the writer for good while its caller holds it: later
+// statements fail with errClosed.
+func (w *writer) breakOff() {
+	w.closeOnce.Do(func() {
+		close(w.closed)
+		w.closeErr = w.conn.Close()
+	})
 }
