@@ -195,13 +195,13 @@ func (c *committer) commit(batch []*groupcommit.Write) {
 // runPiped reads one write's result from a pipeline.
 func runPiped(br pgx.BatchResults, w *groupcommit.Write) error {
 	if w.Row != nil {
-		return w.Row(br.QueryRow())
+		return w.Scan(br.QueryRow())
 	}
 	tag, err := br.Exec()
 	if err != nil {
 		return err
 	}
-	return w.Exec(tag.RowsAffected())
+	return w.Affected(tag.RowsAffected())
 }
 
 // commitOne runs a lone write as one autocommit statement on the
@@ -210,11 +210,11 @@ func runPiped(br pgx.BatchResults, w *groupcommit.Write) error {
 func (c *committer) commitOne(ctx context.Context, w *groupcommit.Write) {
 	var err error
 	if w.Row != nil {
-		err = w.Row(c.conn.QueryRow(ctx, w.Query, w.Args...))
+		err = w.Scan(c.conn.QueryRow(ctx, w.Query, w.Args...))
 	} else {
 		var tag pgconn.CommandTag
 		if tag, err = c.conn.Exec(ctx, w.Query, w.Args...); err == nil {
-			err = w.Exec(tag.RowsAffected())
+			err = w.Affected(tag.RowsAffected())
 		}
 	}
 	var pgErr *pgconn.PgError

@@ -55,6 +55,9 @@ type Write struct {
 	ctx   context.Context
 	done  chan error
 	bytes int // of the byte slices and strings in Args
+
+	mu   sync.Mutex // held while Row or Exec runs
+	gone bool       // the submitter stopped waiting: its Row and Exec must not run
 }
 
 // Context is the submitter's context, for its values; a committer does not
@@ -84,13 +87,46 @@ func NoRowIsAnswer(err error) error {
 // transaction; or a caller's transaction).
 func (w *Write) RunOn(ctx context.Context, ex driver.Executor) error {
 	if w.Row != nil {
-		return w.Row(ex.QueryRow(ctx, w.Query, w.Args...))
+		return w.Scan(ex.QueryRow(ctx, w.Query, w.Args...))
 	}
 	n, err := ex.Exec(ctx, w.Query, w.Args...)
 	if err != nil {
 		return err
 	}
+	return w.Affected(n)
+}
+
+// Scan hands the statement's row to w.Row. Committers call it rather
+// than w.Row: once the submitter stopped waiting (its context ended after
+// the write was sent), Row, which records into the submitter's variables,
+// must not run, so the row is only read and dropped.
+func (w *Write) Scan(row Scanner) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.gone {
+		row.Scan() // reads and closes the row; the destination count's error is nobody's
+		return nil
+	}
+	return w.Row(row)
+}
+
+// Affected hands the statement's row count to w.Exec, unless the
+// submitter stopped waiting (see Scan).
+func (w *Write) Affected(n int64) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.gone {
+		return nil
+	}
 	return w.Exec(n)
+}
+
+// abandon marks w as no longer waited for, after any Row or Exec under
+// way has returned: none runs once abandon has.
+func (w *Write) abandon() {
+	w.mu.Lock()
+	w.gone = true
+	w.mu.Unlock()
 }
 
 // Writer is the glue every driver shares between its writes and a Queue:
@@ -229,6 +265,10 @@ func (q *Queue) Do(ctx context.Context, w *Write) error {
 	case err := <-w.done:
 		return err
 	case <-ctx.Done():
+		// The committer may still run the write; it must no longer record
+		// into the caller's variables, which the caller reads from now on.
+		// (Its Args may still be read: the caller must not reuse them.)
+		w.abandon()
 		return fmt.Errorf("%w (the write was sent and may or may not commit)", ctx.Err())
 	}
 }

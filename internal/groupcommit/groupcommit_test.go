@@ -244,3 +244,49 @@ func TestMaxBytesBoundsABatch(t *testing.T) {
 		t.Errorf("%d writes in %d batches, the largest %d; want %d, gathered", total, len(batches), most, n)
 	}
 }
+
+// TestAbandonedWriteRecordsNothing: a caller whose context ends after its
+// write was taken gets its error at once, and from then on the committer,
+// which still runs the statement, must not call the caller's Row or Exec:
+// they record into the caller's variables, which the caller may now read
+// (a data race under -race, and a wrong answer otherwise).
+func TestAbandonedWriteRecordsNothing(t *testing.T) {
+	t.Parallel()
+	taken := make(chan struct{})
+	release := make(chan struct{})
+	scanned := make(chan bool, 2)
+	q := New(Config{Max: 8}, func(b []*Write) {
+		close(taken)
+		<-release
+		for _, w := range b {
+			var s fakeRow
+			err := w.Scan(&s)
+			scanned <- s.read
+			w.Answer(err)
+		}
+	})
+	defer q.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	var got string
+	w := &Write{Key: "k", Row: func(r Scanner) error { got = "recorded"; return r.Scan(new(int)) }}
+	done := make(chan error)
+	go func() { done <- q.Do(ctx, w) }()
+	<-taken
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("abandoned write: %v", err)
+	}
+	close(release)
+	if !<-scanned {
+		t.Fatal("the abandoned write's row was not read (a pipeline would be left with it)")
+	}
+	q.Close()
+	if got != "" { // read after Do returned, while the committer ran: -race checks it too
+		t.Fatalf("the committer recorded into an abandoned caller's variable: %q", got)
+	}
+}
+
+// fakeRow is a Scanner that notes it was read.
+type fakeRow struct{ read bool }
+
+func (r *fakeRow) Scan(...any) error { r.read = true; return nil }
