@@ -436,7 +436,7 @@ var finishJobsSQL = jobClock + `, v AS (SELECT * FROM unnest($2::bigint[], $3::i
 		AS v(id, attempt, lease_id, state, delay_ms, result, error, snooze))
 	UPDATE idem_jobs j SET ` + jobFinishSet + ` FROM c, v
 	WHERE j.id = v.id AND j.attempt = v.attempt AND j.lease_id = v.lease_id AND j.state = 'running' AND j.lease_until > c.now
-	RETURNING j.id`
+	RETURNING j.id, v.attempt, v.lease_id`
 
 func (d *Driver) finishArgs(ps []driver.FinishJobParams) []any {
 	var (
@@ -454,24 +454,28 @@ func (d *Driver) finishArgs(ps []driver.FinishJobParams) []any {
 	return []any{d.clock(), ids, attempts, leases, states, delays, results, errs, snoozes}
 }
 
-// scanFinished reads the ids finishJobsSQL returned, closes rows, and
-// reports which of ps were fenced.
+// scanFinished reads the claims finishJobsSQL ended, closes rows, and
+// reports which of ps were fenced. A claim is known by its whole fence, not
+// its job's id alone: a batch may end the same job twice, once for a stale
+// holder (fenced) and once for the current one.
 func scanFinished(rows driver.Rows, ps []driver.FinishJobParams) ([]bool, error) {
 	defer rows.Close()
-	held := make(map[int64]bool, len(ps))
+	held := make(map[driver.JobFence]bool, len(ps))
 	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
+		var f driver.JobFence
+		var attempt int32
+		if err := rows.Scan(&f.ID, &attempt, &f.LeaseID); err != nil {
 			return nil, err
 		}
-		held[id] = true
+		f.Attempt = int(attempt)
+		held[f] = true
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
 	fenced := make([]bool, len(ps))
 	for i, p := range ps {
-		fenced[i] = !held[p.ID]
+		fenced[i] = !held[p.JobFence]
 	}
 	return fenced, nil
 }
