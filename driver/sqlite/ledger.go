@@ -276,6 +276,18 @@ func (d *Driver) PrunePaced(ctx context.Context, limit int, duty float64) (idemt
 			tx.Rollback()
 		}
 	}()
+	// commit ends tx and counts what it did.
+	commit := func() error {
+		err := tx.Commit()
+		tx = nil
+		if err != nil {
+			return fmt.Errorf("sqlite: prune: %w", err)
+		}
+		out.Tombstoned += pending.Tombstoned
+		out.Deleted += pending.Deleted
+		pending = idemtype.PruneCounts{}
+		return nil
+	}
 	for !pruneDone(&kinds, limit) {
 		if tx == nil {
 			var err error
@@ -306,14 +318,9 @@ func (d *Driver) PrunePaced(ctx context.Context, limit int, duty float64) (idemt
 			d.w.pruneRows.Store(int64(min(max(next, rows/2, minPruneRows), 2*rows, maxPruneRows)))
 		}
 		if duty < 1 || d.w.contended() || ctx.Err() != nil {
-			err := tx.Commit()
-			tx = nil
-			if err != nil {
-				return out, fmt.Errorf("sqlite: prune: %w", err)
+			if err := commit(); err != nil {
+				return out, err
 			}
-			out.Tombstoned += pending.Tombstoned
-			out.Deleted += pending.Deleted
-			pending = idemtype.PruneCounts{}
 			if duty < 1 && !pruneDone(&kinds, limit) {
 				pause := time.Duration(float64(time.Since(held)) * (1 - duty) / duty)
 				select {
@@ -326,13 +333,9 @@ func (d *Driver) PrunePaced(ctx context.Context, limit int, duty float64) (idemt
 		}
 	}
 	if tx != nil {
-		err := tx.Commit()
-		tx = nil
-		if err != nil {
-			return out, fmt.Errorf("sqlite: prune: %w", err)
+		if err := commit(); err != nil {
+			return out, err
 		}
-		out.Tombstoned += pending.Tombstoned
-		out.Deleted += pending.Deleted
 	}
 	return out, nil
 }

@@ -39,11 +39,7 @@ func waitForWaiters(t *testing.T, d *Driver, n int64) {
 func TestPruneYieldsTheWriter(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d, err := testOpen(filepath.Join(t.TempDir(), "idem.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := tempDriver(t)
 	const n = 3000
 	fillPrunable(t, d, n, time.Hour)
 
@@ -93,11 +89,7 @@ func TestPruneYieldsTheWriter(t *testing.T) {
 func TestPruneInSmallSteps(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d, err := testOpen(filepath.Join(t.TempDir(), "idem.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := tempDriver(t)
 	fillPrunable(t, d, 30, time.Hour)      // past both windows
 	fillPrunable(t, d, 40, 90*time.Second) // past retention only
 	fillPrunable(t, d, 5, 10*time.Second)  // held
@@ -130,4 +122,15 @@ func TestPruneInSmallSteps(t *testing.T) {
 	if len(states) != 2 || states[0] != "succeeded:5" || states[1] != "tombstone:40" {
 		t.Errorf("states after pruning: %v, want succeeded:5 tombstone:40", states)
 	}
+}
+
+// tempDriver opens a driver on a file of the test's own, closed at its end.
+func tempDriver(t *testing.T) *Driver {
+	t.Helper()
+	d, err := testOpen(filepath.Join(t.TempDir(), "idem.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
 }
