@@ -253,7 +253,10 @@ func (q *Queue) Do(ctx context.Context, w *Write) error {
 		}
 		return q.alone(ctx, w)
 	}
-	w.ctx, w.done, w.bytes = ctx, make(chan error, 1), argBytes(w.Args)
+	w.ctx, w.done = ctx, make(chan error, 1)
+	if q.maxBytes < math.MaxInt { // only a bounded queue counts (the claim path is hot)
+		w.bytes = argBytes(w.Args)
+	}
 	select {
 	case q.reqs <- w:
 	case <-ctx.Done():
