@@ -42,20 +42,17 @@ func (ex *execution) execute() {
 	if ex.ended.Swap(true) {
 		return // Stop handed the job back already
 	}
-	if err == nil {
-		crashpoint.Hit(crashpoint.JobAfterCommit)
-	}
-	if err == nil && !ex.completedTx.Load() {
-		// The finisher bounds the write (finishTimeout): no timer per job.
-		ex.finish(context.WithoutCancel(ctx), driver.FinishJobParams{State: idemtype.JobCompleted, Result: ex.resultBytes()}, "completed")
-		return
-	}
-	bg, done := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
-	defer done()
+	// Each write below bounds itself by finishTimeout (the finisher, the
+	// reads after a fenced write): no timer per job here.
+	bg := context.WithoutCancel(ctx)
 	var sz *snooze
 	switch {
-	case err == nil:
+	case err == nil && ex.completedTx.Load():
+		crashpoint.Hit(crashpoint.JobAfterCommit)
 		ex.confirm(bg)
+	case err == nil:
+		crashpoint.Hit(crashpoint.JobAfterCommit)
+		ex.finish(bg, driver.FinishJobParams{State: idemtype.JobCompleted, Result: ex.resultBytes()}, "completed")
 	case errors.As(err, &sz):
 		ex.finish(bg, driver.FinishJobParams{State: idemtype.JobAvailable, Delay: sz.after, Snooze: true}, "snoozed",
 			slog.Duration("snooze", sz.after))
@@ -157,7 +154,9 @@ func (ex *execution) finish(ctx context.Context, p driver.FinishJobParams, what 
 // the handler rolled it back and still returned nil, the job is still ours
 // and running: it is retried, never marked done without its effect.
 func (ex *execution) confirm(ctx context.Context) {
-	row, err := ex.c.drv.GetJob(ctx, ex.rec.ID)
+	read, cancel := context.WithTimeout(ctx, finishTimeout)
+	row, err := ex.c.drv.GetJob(read, ex.rec.ID)
+	cancel()
 	switch {
 	case err != nil:
 		ex.observe("", RunError)
