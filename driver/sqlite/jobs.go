@@ -312,13 +312,19 @@ func (d *Driver) HeartbeatJob(ctx context.Context, f driver.JobFence, lease time
 }
 
 // finishJob is the fenced UPDATE that ends a claim.
-var finishJob = `UPDATE idem_jobs SET state = ?5, lease_until = NULL, updated_at = ?1,
-	run_at = CASE WHEN ?5 = 'available' THEN ?1 + ?6 ELSE run_at END,
-	finalized_at = CASE WHEN ?5 IN ('completed', 'dead') THEN ?1 END,
-	result = CASE WHEN ?5 = 'completed' THEN ?7 ELSE result END,
-	max_attempts = max_attempts + ?9,
-	errors = CASE WHEN ?8 = '' THEN errors ELSE ` + appendError("?8") + ` END
-	WHERE ` + jobFenced
+var finishJob = `UPDATE idem_jobs SET ` + jobEndSet("?5", "?6", "?7", "?8", "?9") + ` WHERE ` + jobFenced
+
+// jobEndSet is the SET list that ends a job's claim, for both finishJob and
+// finishJobs; its arguments are the expressions of the end's state, delay
+// (ms), result, error text and snooze (0 or 1). ?1 is the clock.
+func jobEndSet(state, delay, result, errText, snooze string) string {
+	return `state = ` + state + `, lease_until = NULL, updated_at = ?1,
+	run_at = CASE WHEN ` + state + ` = 'available' THEN ?1 + ` + delay + ` ELSE run_at END,
+	finalized_at = CASE WHEN ` + state + ` IN ('completed', 'dead') THEN ?1 END,
+	result = CASE WHEN ` + state + ` = 'completed' THEN ` + result + ` ELSE result END,
+	max_attempts = max_attempts + ` + snooze + `,
+	errors = CASE WHEN ` + errText + ` = '' THEN errors ELSE ` + appendError(errText) + ` END`
+}
 
 func finishArgs(now int64, p driver.FinishJobParams) []any {
 	snooze := 0
@@ -424,12 +430,7 @@ func (d *Driver) finishIn(ctx context.Context, tx *wtx, now int64, ps []driver.F
 
 // finishJobs is finishJob for a JSON list of claims without results (see
 // FinishJobs): ?1 is the clock, ?2 the list.
-var finishJobs = `UPDATE idem_jobs SET state = v.jstate, lease_until = NULL, updated_at = ?1,
-	run_at = CASE WHEN v.jstate = 'available' THEN ?1 + v.jdelay ELSE run_at END,
-	finalized_at = CASE WHEN v.jstate IN ('completed', 'dead') THEN ?1 END,
-	result = CASE WHEN v.jstate = 'completed' THEN NULL ELSE result END,
-	max_attempts = max_attempts + v.jsnooze,
-	errors = CASE WHEN v.jerror = '' THEN errors ELSE ` + appendError("v.jerror") + ` END
+var finishJobs = `UPDATE idem_jobs SET ` + jobEndSet("v.jstate", "v.jdelay", "NULL", "v.jerror", "v.jsnooze") + `
 	FROM (SELECT json_extract(value, '$.i') AS jid, json_extract(value, '$.a') AS jattempt,
 		json_extract(value, '$.l') AS jlease, json_extract(value, '$.s') AS jstate, json_extract(value, '$.d') AS jdelay,
 		json_extract(value, '$.e') AS jerror, json_extract(value, '$.z') AS jsnooze FROM json_each(?2)) AS v
