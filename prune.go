@@ -93,13 +93,9 @@ func (l *Ledger) Prune(ctx context.Context, opts *PruneOptions) (PruneStats, err
 		if r.Tombstoned < size && r.Deleted < size {
 			break
 		}
-		if duty < 1 && !paced {
-			took := time.Since(start)
-			pause := time.Duration(float64(took) * (1 - duty) / duty)
-			select {
-			case <-ctx.Done():
-				return st, ctx.Err()
-			case <-time.After(min(pause, maxPrunePause)):
+		if !paced {
+			if err := driver.DutyPause(ctx, time.Since(start), duty, maxPrunePause); err != nil {
+				return st, err
 			}
 		}
 	}

@@ -167,6 +167,25 @@ type PacedPruner interface {
 	PrunePaced(ctx context.Context, limit int, duty float64) (idemtype.PruneCounts, error)
 }
 
+// DutyPause waits after a piece of work that held the database's writer
+// for took, so that the writer is held at most duty (0 < duty <= 1) of
+// the time: took×(1−duty)/duty, at most longest. It returns ctx's error if
+// ctx ends first. Ledger.Prune pauses so between batches, a PacedPruner
+// between its steps.
+func DutyPause(ctx context.Context, took time.Duration, duty float64, longest time.Duration) error {
+	if duty >= 1 {
+		return nil
+	}
+	t := time.NewTimer(min(time.Duration(float64(took)*(1-duty)/duty), longest))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
 // Driver is one database, made from the application's handle.
 type Driver interface {
 	Ledger

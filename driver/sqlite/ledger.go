@@ -321,12 +321,9 @@ func (d *Driver) PrunePaced(ctx context.Context, limit int, duty float64) (idemt
 			if err := commit(); err != nil {
 				return out, err
 			}
-			if duty < 1 && !pruneDone(&kinds, limit) {
-				pause := time.Duration(float64(time.Since(held)) * (1 - duty) / duty)
-				select {
-				case <-ctx.Done():
-					return out, ctx.Err()
-				case <-time.After(min(pause, maxPruneStepPause)):
+			if !pruneDone(&kinds, limit) {
+				if err := driver.DutyPause(ctx, time.Since(held), duty, maxPruneStepPause); err != nil {
+					return out, err
 				}
 			}
 			held = time.Time{}
