@@ -44,11 +44,7 @@ func Skip(t testing.TB, kind string) {
 	if _, ok := Available(kind); ok {
 		return
 	}
-	msg := fmt.Sprintf("brokertest: no %s server binary installed", kind)
-	if os.Getenv(RequireEnv) == "1" {
-		t.Fatalf("%s, and %s=1", msg, RequireEnv)
-	}
-	t.Skipf("%s; skipping (set %s=1 to fail instead)", msg, RequireEnv)
+	pgtest.Missing(t, RequireEnv, fmt.Sprintf("brokertest: no %s server binary installed", kind))
 }
 
 // Shared returns the test binary's broker of kind, started on first use

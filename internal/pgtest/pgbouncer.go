@@ -256,11 +256,7 @@ func (b *PgBouncer) Close() error {
 func NewPgBouncer(t testing.TB, mode PoolMode) (*PgBouncer, string) {
 	t.Helper()
 	if _, ok := PgBouncerBinary(); !ok {
-		msg := "pgtest: pgbouncer not found on PATH or at /usr/sbin/pgbouncer (Debian package pgbouncer)"
-		if os.Getenv(RequirePgBouncerEnv) == "1" {
-			t.Fatalf("%s, and %s=1", msg, RequirePgBouncerEnv)
-		}
-		t.Skipf("%s; skipping (set %s=1 to fail instead)", msg, RequirePgBouncerEnv)
+		Missing(t, RequirePgBouncerEnv, "pgtest: pgbouncer not found on PATH or at /usr/sbin/pgbouncer (Debian package pgbouncer)")
 	}
 	c := Shared(t)
 	direct := NewDB(t)

@@ -92,12 +92,19 @@ func Shared(t testing.TB) *Cluster {
 func RequireBinaries(t testing.TB) {
 	t.Helper()
 	if _, ok := Available(); !ok {
-		msg := "pgtest: PostgreSQL binaries (initdb, pg_ctl, postgres) not found on PATH or under /usr/lib/postgresql/*/bin"
-		if os.Getenv(RequireEnv) == "1" {
-			t.Fatalf("%s, and %s=1", msg, RequireEnv)
-		}
-		t.Skipf("%s; skipping (set %s=1 to fail instead)", msg, RequireEnv)
+		Missing(t, RequireEnv, "pgtest: PostgreSQL binaries (initdb, pg_ctl, postgres) not found on PATH or under /usr/lib/postgresql/*/bin")
 	}
+}
+
+// Missing ends t for something it needs that is not installed: a skip
+// saying msg, or a failure when the environment variable env is "1" (CI
+// sets it, so that a test it needs cannot pass by skipping).
+func Missing(t testing.TB, env, msg string) {
+	t.Helper()
+	if os.Getenv(env) == "1" {
+		t.Fatalf("%s, and %s=1", msg, env)
+	}
+	t.Skipf("%s; skipping (set %s=1 to fail instead)", msg, env)
 }
 
 // NewDB creates a fresh database with a unique name on the shared cluster
