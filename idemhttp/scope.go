@@ -55,6 +55,12 @@ func scopeHMAC(key []byte, label, value string) string {
 		km.mac.Reset()
 	}
 	defer macs.Put(km)
+	return km.scope(label, value)
+}
+
+// scope is label-hmac: and the HMAC of value, in hex: with km's buffers
+// warm, the string returned is its one allocation.
+func (km *keyedMAC) scope(label, value string) string {
 	km.in = append(km.in[:0], value...) // the HMAC takes bytes: a string would be copied anew
 	km.mac.Write(km.in)
 	clear(km.in) // a credential: not left in the pool

@@ -1,5 +1,0 @@
-//go:build !race
-
-package idemhttp
-
-const raceEnabled = false
