@@ -285,9 +285,9 @@ func (r *runner) memoryRows(ctx context.Context) ([]Result, error) {
 	for round := range 2 {
 		for k := range 2 {
 			i := k ^ round
-			resetPeakRSS()
+			resetPeakRSS() // the peak starts again from the resident set now
 			if idle[i] == 0 {
-				idle[i] = currentRSS()
+				idle[i] = uint64(peakRSS() * (1 << 20))
 			}
 			smp := startMemSampler()
 			var (
@@ -304,7 +304,7 @@ func (r *runner) memoryRows(ctx context.Context) ([]Result, error) {
 			st[i].add(s)
 			q := &peaks[i]
 			q.heap, q.goal, q.goMapped = max(q.heap, p.heap), max(q.goal, p.goal), max(q.goMapped, p.goMapped)
-			q.rss = max(q.rss, p.rss, uint64(peakRSS()*(1<<20)))
+			q.rss = max(q.rss, uint64(peakRSS()*(1<<20)))
 		}
 	}
 	res := newResult(GroupMemory, "gateway 1 MiB responses", "bare httputil.ReverseProxy, same upstream",

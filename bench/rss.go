@@ -65,17 +65,19 @@ func machineCPU() (busy, total uint64) {
 	return busy, total
 }
 
-// memSampler watches the process's memory while a side runs: the peak of
-// the Go heap's objects (live and not yet swept), of the collector's heap
-// goal, of the memory Go has mapped and not returned, and of the resident
-// set, each sampled every few milliseconds.
+// memSampler watches the Go runtime's memory while a side runs: the peak
+// of the heap's objects (live and not yet swept), of the collector's heap
+// goal and of the memory Go has mapped and not returned, each sampled
+// every few milliseconds. (The resident set's peak is the kernel's exact
+// one: peakRSS.)
 type memSampler struct {
 	stop chan struct{}
 	done chan struct{}
 	peak memPeak
 }
 
-// memPeak is what a memSampler saw, in bytes.
+// memPeak is what a memSampler saw, with the resident set's peak, in
+// bytes.
 type memPeak struct {
 	heap, goal, goMapped, rss uint64
 }
@@ -98,7 +100,6 @@ func startMemSampler() *memSampler {
 			p.heap = max(p.heap, samples[0].Value.Uint64())
 			p.goal = max(p.goal, samples[1].Value.Uint64())
 			p.goMapped = max(p.goMapped, samples[2].Value.Uint64()-samples[3].Value.Uint64())
-			p.rss = max(p.rss, currentRSS())
 			select {
 			case <-s.stop:
 				return
@@ -114,19 +115,4 @@ func (s *memSampler) Stop() memPeak {
 	close(s.stop)
 	<-s.done
 	return s.peak
-}
-
-// currentRSS is the process's resident set now, in bytes (Linux
-// /proc/self/statm); 0 elsewhere.
-func currentRSS() uint64 {
-	b, err := os.ReadFile("/proc/self/statm")
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 2 {
-		return 0
-	}
-	pages, _ := strconv.ParseUint(f[1], 10, 64)
-	return pages * uint64(os.Getpagesize())
 }
