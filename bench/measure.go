@@ -12,7 +12,7 @@ import (
 
 // Stat is one measured side of a row.
 type Stat struct {
-	Ops      int64         // operations completed inside the windows
+	Ops      int64         // operations inside the windows (one across an edge counts in part)
 	Elapsed  time.Duration // the windows, summed
 	P50, P99 time.Duration // zero when latency was not measured
 	// CPU is the process's CPU time (user+system) over the windows,
@@ -145,8 +145,13 @@ func compare(ctx context.Context, c int, d time.Duration, sides ...side) ([]Stat
 var errDrained = errors.New("drained")
 
 // closedLoop runs op from c workers for warm+d and measures the operations
-// that finished inside the last d. The first error stops the run and is
-// returned: a benchmark that fails must not print a number.
+// inside the last d. An operation that overlaps the window only in part
+// counts for the share of its time inside it, so that operations as long
+// as a slice (a hundred inserts in one transaction at 32 callers, a wave
+// of 1 MiB responses) are counted at their rate instead of not at all;
+// in a steady state that is the rate of completions. Latencies are those
+// of every operation that overlaps the window. The first error stops the
+// run and is returned: a benchmark that fails must not print a number.
 func closedLoop(ctx context.Context, c int, warm, d time.Duration, op opFunc) (Stat, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -154,11 +159,18 @@ func closedLoop(ctx context.Context, c int, warm, d time.Duration, op opFunc) (S
 	busy0, ticks0 := machineCPU()
 	from := wall0.Add(warm)
 	until := from.Add(d)
-	hists := make([]hist, c)
+	// counted is one worker's share of the window: the latencies of its
+	// operations, how many it finished there (in part, for one that
+	// overlaps an edge), and when its last one ended (no later than until),
+	// as an offset from the window's start.
+	type counted struct {
+		h       hist
+		ops     float64
+		lastEnd time.Duration // from the window's start
+	}
+	workers := make([]counted, c)
 	var (
 		wg      sync.WaitGroup
-		ops     atomic.Int64
-		lastEnd atomic.Int64 // unix ns of the last counted operation's end
 		drained atomic.Bool
 		fail    atomic.Pointer[error]
 	)
@@ -166,7 +178,7 @@ func closedLoop(ctx context.Context, c int, warm, d time.Duration, op opFunc) (S
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			h := &hists[w]
+			me := &workers[w]
 			for seq := int64(0); ; seq++ {
 				t0 := time.Now()
 				if !t0.Before(until) || ctx.Err() != nil {
@@ -184,16 +196,20 @@ func closedLoop(ctx context.Context, c int, warm, d time.Duration, op opFunc) (S
 					return
 				}
 				t1 := time.Now()
-				if !t0.Before(from) && !t1.After(until) && n > 0 {
-					h.addN(t1.Sub(t0), n)
-					ops.Add(int64(n))
-					for end := t1.UnixNano(); ; {
-						old := lastEnd.Load()
-						if old >= end || lastEnd.CompareAndSwap(old, end) {
-							break
-						}
-					}
+				if n == 0 || !t1.After(from) || !t0.Before(until) {
+					continue
 				}
+				// The operation's span and its part inside the window, as
+				// offsets from the window's start.
+				start, end := t0.Sub(from), t1.Sub(from)
+				lo, hi := max(start, 0), min(end, d)
+				share := 1.0
+				if took := end - start; took > 0 && hi-lo < took {
+					share = float64(hi-lo) / float64(took)
+				}
+				me.h.addN(t1.Sub(t0), n)
+				me.ops += share * float64(n)
+				me.lastEnd = max(me.lastEnd, hi)
 			}
 		}()
 	}
@@ -205,16 +221,23 @@ func closedLoop(ctx context.Context, c int, warm, d time.Duration, op opFunc) (S
 		return Stat{}, err
 	}
 	busy1, ticks1 := machineCPU()
-	st := Stat{Ops: ops.Load(), Elapsed: d, CPU: processCPU() - cpu0, Wall: time.Since(wall0), busy: busy1 - busy0, ticks: ticks1 - ticks0}
-	for i := range hists {
-		st.h.merge(&hists[i])
+	var (
+		ops     float64
+		lastEnd time.Duration
+	)
+	st := Stat{Elapsed: d, CPU: processCPU() - cpu0, Wall: time.Since(wall0), busy: busy1 - busy0, ticks: ticks1 - ticks0}
+	for i := range workers {
+		st.h.merge(&workers[i].h)
+		ops += workers[i].ops
+		lastEnd = max(lastEnd, workers[i].lastEnd)
 	}
+	st.Ops = int64(math.Round(ops))
 	st.P50, st.P99 = st.h.quantile(0.50), st.h.quantile(0.99)
 	if drained.Load() {
 		if st.Ops == 0 {
 			return Stat{}, errors.New("the work ran out during the warm-up: nothing was measured")
 		}
-		st.Elapsed = time.Unix(0, lastEnd.Load()).Sub(from)
+		st.Elapsed = lastEnd
 	}
 	return st, nil
 }
