@@ -171,10 +171,10 @@ func TestPacedPruneWaitsForAnIdleWriter(t *testing.T) {
 // (at its floor's share) and finishes: it yields, it does not starve.
 func TestPacedPruneFinishesUnderSteadyLoad(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	d := tempDriver(t)
-	const n = 1500
+	const n = 400
 	fillPrunable(t, d, n, time.Hour)
 	stop := make(chan struct{})
 	loaded := make(chan int, 1)
