@@ -10,10 +10,10 @@ import (
 	"github.com/idemdev/idem/driver"
 )
 
-// A record read through the application's pool maps the file on the
-// connection it used (and the writer maps it from the start), unless
-// Options.MmapSize turns that off; the pool's own setting is then left
-// as the application made it.
+// With Options.MmapSize, a record read through the application's pool
+// maps the file on the connection it used, and the writer maps it from
+// the start; by default the pool's setting is left as the application
+// made it.
 func TestReadsMapTheFile(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -21,9 +21,10 @@ func TestReadsMapTheFile(t *testing.T) {
 		opt  int64
 		want int64 // PRAGMA mmap_size on the pool's reader after a Get
 	}{
-		{"default", 0, 0x7fff0000}, // DefaultMmapSize, capped by SQLite
+		{"default", 0, 0},
 		{"1MiB", 1 << 20, 1 << 20},
-		{"off", -1, 0},
+		{"4GiB", 4 << 30, 0x7fff0000}, // capped by SQLite
+		{"negative", -1, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

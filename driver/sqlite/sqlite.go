@@ -60,27 +60,23 @@ type Options struct {
 	// for idem (as a URL-based open does). By default the application
 	// keeps its pool.
 	CloseDB bool
-	// MmapSize is how many bytes of the file each connection idem reads a
-	// record through maps into memory (PRAGMA mmap_size): the writer, and
-	// each connection of the pool the first time a record is read through
-	// it. A mapped page is read from the operating system's file cache in
-	// place, with no system call and no copy into the connection's own
-	// page cache (2 MB by default, far less than a large ledger's index):
-	// a replay of an old key among millions reads a few pages that are
-	// rarely in that cache. The mapping costs address space, not memory:
-	// its pages are the file cache's, shared by every connection and given
-	// back by the kernel under pressure. SQLite caps it (both libraries
-	// are built with a 2 GiB maximum); pages past it are read as without.
-	// 0 means DefaultMmapSize; a negative value leaves every connection's
-	// setting alone (for a file on a network file system, where mapping
-	// is unsafe, or an application that sets it itself).
+	// MmapSize, when positive, is how many bytes of the file each
+	// connection idem reads a record through maps into memory (PRAGMA
+	// mmap_size): the writer, and each connection of the pool the first
+	// time a record is read through it. A mapped page is read from the
+	// operating system's file cache in place, with no system call and no
+	// copy into the connection's own page cache (2 MB by default, far less
+	// than a large ledger's index). The mapping costs address space, not
+	// memory: its pages are the file cache's, shared by every connection,
+	// and given back by the kernel under pressure (they count in the
+	// process's resident size while mapped). SQLite caps it at 2 GiB less
+	// 64 KiB in both libraries' builds; pages past it are read as without.
+	// An I/O error on a mapped page is a signal that ends the process, not
+	// an error: do not map a file on a network file system. Off (0) by
+	// default: at 1M keys it did not measurably speed replays up
+	// (docs/performance.md).
 	MmapSize int64
 }
-
-// DefaultMmapSize is Options.MmapSize's default: 2 GiB, which SQLite
-// lowers to its build's cap (2 GiB less 64 KiB in both libraries): the
-// first 2 GiB of the file, about 1.4M records' worth at 1.5 KB a record.
-const DefaultMmapSize = 2 << 30
 
 // Driver is a SQLite database, made from the application's pool.
 type Driver struct {
@@ -89,7 +85,7 @@ type Driver struct {
 	w       *writer         // one connection of it: every write
 	sync    Synchronous
 	closeDB bool
-	mmap    int64 // Options.MmapSize, resolved: 0 leaves connections alone
+	mmap    int64 // Options.MmapSize: 0 leaves connections alone
 	now     func() time.Time
 	migs    []driver.Migration
 	gc      *groupcommit.Writer
@@ -110,13 +106,7 @@ func New(db *sql.DB, opts *Options) *Driver {
 	if o.Synchronous == "" {
 		o.Synchronous = SyncFull
 	}
-	d := &Driver{db: db, r: driver.SQL(db), sync: o.Synchronous, closeDB: o.CloseDB, migs: Migrations()}
-	switch {
-	case o.MmapSize == 0:
-		d.mmap = DefaultMmapSize
-	case o.MmapSize > 0:
-		d.mmap = o.MmapSize
-	}
+	d := &Driver{db: db, r: driver.SQL(db), sync: o.Synchronous, closeDB: o.CloseDB, migs: Migrations(), mmap: max(0, o.MmapSize)}
 	if d.mmap > 0 {
 		d.r = &mappedPool{Executor: d.r, db: db, pragma: fmt.Sprintf(`PRAGMA mmap_size = %d`, d.mmap)}
 	}
