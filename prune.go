@@ -32,7 +32,10 @@ type PruneOptions struct {
 	// no sooner than d×(1−Duty)/Duty later, so that live claims get their
 	// turn. On SQLite, where the sweep and the claims share one writer, a
 	// batch works in steps of a few milliseconds instead, each its own
-	// transaction, and the pause follows every step (see
+	// transaction, and the pause follows every step; below 1 a step also
+	// waits for the writer to have been idle 2 ms, down to a share of 0.1
+	// (or Duty, if lower) under load that never leaves it idle, so that
+	// the sweep backs off under load and still finishes (see
 	// driver.PacedPruner). Default 0.5; 1 runs the batches back to back.
 	Duty float64
 }

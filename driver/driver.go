@@ -161,7 +161,9 @@ type Ledger interface {
 // the database's writer at most duty (between 0.05 and 1) of the time,
 // instead of the caller pausing between whole batches. A claim waits
 // behind at most one step. SQLite's driver is one: its batch would
-// otherwise hold the one writer for the whole batch.
+// otherwise hold the one writer for the whole batch. Below duty 1 it also
+// yields to live traffic: a step waits for the writer to be idle a
+// moment, down to a floor share under load that never leaves it idle.
 type PacedPruner interface {
 	// PrunePaced is Prune in paced steps.
 	PrunePaced(ctx context.Context, limit int, duty float64) (idemtype.PruneCounts, error)

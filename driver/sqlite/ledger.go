@@ -52,16 +52,31 @@ func scanRecord(s scanner, now int64) (idemtype.Record, error) {
 	return r, nil
 }
 
-// Claim inserts a new record or returns the existing one. The insert is one
-// statement on the writer (group-committed with other callers' writes
-// unless q is set); it returns no columns, since a new record holds exactly
-// what was inserted. The read of an existing row uses the read pool, so
-// replays do not queue behind writers. The read comes after the insert's
-// commit, so it sees a row that a write of the same batch inserted.
+// Claim inserts a new record or returns the existing one. Outside a
+// caller's transaction it first reads the key from the read pool: a key
+// that exists (a replay, a claim in flight) is answered from that read
+// alone, without taking the writer, so replays neither queue behind
+// writers nor read the key's pages a second time on the writer's
+// connection. The read sees every committed write, so the answer is the
+// record as of a moment during the call, as the insert's answer would be.
+// A key not found is inserted: one statement on the writer
+// (group-committed with other callers' writes unless q is set) that
+// returns no columns, since a new record holds exactly what was inserted.
+// If the insert finds the key after all (inserted since the read), the
+// record is read again, after the insert's commit, so that it sees a row
+// that a write of the same batch inserted.
 func (d *Driver) Claim(ctx context.Context, q driver.Executor, p driver.ClaimParams) (idemtype.Record, bool, error) {
 	r := driver.Executor(d.r)
 	if q != driver.Shared {
 		r = q
+	} else {
+		rec, err := d.get(ctx, r, p.Scope, p.Key)
+		if err == nil {
+			return rec, false, nil
+		}
+		if !errors.Is(err, driver.ErrNotFound) {
+			return rec, false, err
+		}
 	}
 	now := d.nowMS()
 	var created bool
@@ -255,8 +270,12 @@ var _ driver.PacedPruner = (*Driver)(nil)
 // the step's transaction commits and the writer goes to the waiting
 // callers (the writer's lock is first come, first served) before the
 // next step. With duty below 1 every step commits, and the next starts
-// no sooner than the step's time×(1−duty)/duty later. Either way a claim
-// waits behind at most one step, not a whole batch.
+// no sooner than the step's time×(1−duty)/duty later, and only once the
+// writer has been idle for pruneQuiet, or, under load that leaves it no
+// such gap, when the prune's share of the writer has fallen to
+// pruneMinDuty (or duty, if lower): the prune yields to live traffic and
+// still finishes under steady load. Either way a claim waits behind at
+// most one step, not a whole batch.
 //
 // A step commits without waiting for the disk (see beginUnsynced): a
 // power cut may undo the last steps, which the next sweep redoes; a claim
@@ -322,7 +341,7 @@ func (d *Driver) PrunePaced(ctx context.Context, limit int, duty float64) (idemt
 				return out, err
 			}
 			if !pruneDone(&kinds, limit) {
-				if err := driver.DutyPause(ctx, time.Since(held), duty, maxPruneStepPause); err != nil {
+				if err := d.w.yieldToOthers(ctx, time.Since(held), duty); err != nil {
 					return out, err
 				}
 			}
@@ -350,6 +369,47 @@ const (
 
 // maxPruneStepPause bounds a pause between two steps.
 const maxPruneStepPause = time.Second
+
+// A paced prune's step waits for the writer to have been idle for
+// pruneQuiet (no caller held it or waited for it), but no longer than
+// keeps the prune's share of the writer at pruneMinDuty: under load that
+// never leaves the writer idle that long, the prune runs at that share.
+const (
+	pruneQuiet   = 2 * time.Millisecond
+	pruneMinDuty = 0.1
+)
+
+// yieldToOthers waits after a prune step that held the writer for took:
+// the pause of duty (driver.DutyPause), then until the writer has been
+// idle for pruneQuiet, at most until the step's share of the time since
+// it began is down to pruneMinDuty (or duty, if lower).
+func (w *writer) yieldToOthers(ctx context.Context, took time.Duration, duty float64) error {
+	start := time.Now()
+	if err := driver.DutyPause(ctx, took, duty, maxPruneStepPause); err != nil {
+		return err
+	}
+	if duty >= 1 {
+		return nil
+	}
+	floor := min(duty, pruneMinDuty)
+	deadline := start.Add(min(time.Duration(float64(took)*(1-floor)/floor), maxPruneStepPause))
+	t := time.NewTimer(0)
+	defer t.Stop()
+	<-t.C
+	for {
+		idle := w.idleFor()
+		left := time.Until(deadline)
+		if idle >= pruneQuiet || left <= 0 {
+			return nil
+		}
+		t.Reset(min(pruneQuiet-idle, left))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
 
 // pruneDone reports whether no kind of row is left to prune in this batch.
 func pruneDone(kinds *[3]pruneKind, limit int) bool {

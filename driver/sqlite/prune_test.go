@@ -134,3 +134,78 @@ func tempDriver(t *testing.T) *Driver {
 	t.Cleanup(func() { d.Close() })
 	return d
 }
+
+// A paced prune takes its next step only once the writer is idle: while
+// another caller holds it, the step waits past the pause its duty asks
+// for, and goes as soon as the writer has been free for pruneQuiet.
+func TestPacedPruneWaitsForAnIdleWriter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := tempDriver(t)
+	if err := d.w.lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	yielded := make(chan error, 1)
+	// A step of 100 ms at duty 0.5 pauses 100 ms, and may wait up to a
+	// second (the floor's share, 0.1, capped) for an idle writer.
+	go func() { yielded <- d.w.yieldToOthers(ctx, 100*time.Millisecond, 0.5) }()
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case err := <-yielded:
+		d.w.unlock()
+		t.Fatalf("the prune's next step went while another caller held the writer (%v)", err)
+	default:
+	}
+	d.w.unlock()
+	select {
+	case err := <-yielded:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the prune's next step never went once the writer was free")
+	}
+}
+
+// Under load that never leaves the writer idle, a paced prune still runs
+// (at its floor's share) and finishes: it yields, it does not starve.
+func TestPacedPruneFinishesUnderSteadyLoad(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	d := tempDriver(t)
+	const n = 400
+	fillPrunable(t, d, n, time.Hour)
+	stop := make(chan struct{})
+	loaded := make(chan int, 1)
+	go func() {
+		writes := 0
+		for {
+			select {
+			case <-stop:
+				loaded <- writes
+				return
+			default:
+			}
+			// Writes back to back: the writer is never idle for pruneQuiet.
+			if _, err := d.w.Exec(ctx, takeWriteLock); err != nil {
+				t.Error(err)
+				loaded <- writes
+				return
+			}
+			writes++
+		}
+	}()
+	got, err := d.PrunePaced(ctx, n, 0.5)
+	close(stop)
+	writes := <-loaded
+	if err != nil {
+		t.Fatalf("prune under steady load: %v (after %+v)", err, got)
+	}
+	if got != (idemtype.PruneCounts{Tombstoned: n, Deleted: n}) {
+		t.Errorf("prune under load: %+v, want %d tombstoned and deleted", got, n)
+	}
+	if writes == 0 {
+		t.Error("no write of the load ran while the prune did")
+	}
+}

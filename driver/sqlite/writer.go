@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/idemdev/idem/driver"
 )
@@ -29,6 +30,10 @@ type writer struct {
 	// adapted after every step so that a step holds the writer about
 	// pruneStepHold (see Driver.PrunePaced).
 	pruneRows atomic.Int64
+	// freed is when the writer was last given back (Unix nanoseconds): a
+	// prune takes its next step once the writer has been idle a while
+	// (see idleFor).
+	freed atomic.Int64
 }
 
 func newWriter(conn *sql.Conn) *writer {
@@ -76,7 +81,19 @@ func (w *writer) taken() error {
 // contended reports whether another caller is waiting for the writer.
 func (w *writer) contended() bool { return w.waiting.Load() > 0 }
 
-func (w *writer) unlock() { <-w.sem }
+func (w *writer) unlock() {
+	w.freed.Store(time.Now().UnixNano())
+	<-w.sem
+}
+
+// idleFor is how long the writer has been free with no caller waiting for
+// it: zero while it is held or awaited.
+func (w *writer) idleFor() time.Duration {
+	if w.contended() || len(w.sem) > 0 {
+		return 0
+	}
+	return max(0, time.Since(time.Unix(0, w.freed.Load())))
+}
 
 // close waits for the statement or transaction in flight and gives the
 // connection back; a second call does nothing.
