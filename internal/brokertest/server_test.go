@@ -56,3 +56,53 @@ func TestProcField(t *testing.T) {
 		t.Errorf("pgrp %q", got)
 	}
 }
+
+// The ports still held when the broker starts again (by a VM stuck while
+// dying: a listener that accepts and never answers, and the distribution
+// port): the new VM cannot boot and exits, and Start must say so rather
+// than take the old listener's accept for readiness (which left the
+// broker down for good, and its consumers waiting, with Start's nil).
+func TestRabbitMQStartSeesAFailedBoot(t *testing.T) {
+	Skip(t, RabbitMQ)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	s, err := Start(ctx, RabbitMQ, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.Kill()
+	amqpPort, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		var held []net.Conn // accepted, never answered
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := amqpPort.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	distPort, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(s.distPort)))
+	if err != nil {
+		amqpPort.Close()
+		t.Fatal(err)
+	}
+	err = s.Start(ctx)
+	amqpPort.Close()
+	distPort.Close()
+	if err == nil || s.Running() {
+		t.Fatalf("Start = %v, running %v, with the broker's ports held; want its failure", err, s.Running())
+	}
+	if err := s.Start(ctx); err != nil {
+		t.Fatalf("once the ports are free: %v", err)
+	}
+}
