@@ -236,6 +236,9 @@ func brokerState(v brokerVariant, srv brokerServer, url, dest string, workers []
 	if v.describe != nil {
 		fmt.Fprintf(&b, "%s %s: %s\n", v.name, dest, v.describe(ctx, url, dest))
 	}
+	if l, ok := srv.(interface{ LogErrors(int) string }); ok {
+		fmt.Fprintf(&b, "%s log, errors (last 40):\n%s\n", v.name, l.LogErrors(40))
+	}
 	if l, ok := srv.(interface{ LogTail(int) string }); ok {
 		fmt.Fprintf(&b, "%s log (last 30 lines):\n%s\n", v.name, l.LogTail(30))
 	}

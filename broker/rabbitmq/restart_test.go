@@ -141,12 +141,30 @@ func TestBrokerKilledMidSession(t *testing.T) {
 	}
 	rows, distinct := e.distinct()
 	if distinct != n || rows != n {
-		t.Fatalf("%d effects of %d messages after the broker restart, want %d each; stats %+v; broker running: %v\nconsumer log:\n%s\nbroker log:\n%s",
-			rows, distinct, n, e.c.Stats(), e.srv.Running(), tail(e.logs.String(), 20), e.srv.LogTail(30))
+		t.Fatalf("%d effects of %d messages after the broker restart, want %d each; stats %+v; broker running: %v; queue: %s\nconsumer log:\n%s\nbroker log, errors:\n%s\nbroker log:\n%s",
+			rows, distinct, n, e.c.Stats(), e.srv.Running(), e.queueState("restart"), tail(e.logs.String(), 20), e.srv.LogErrors(60), e.srv.LogTail(60))
 	}
 	if e.logs.reconnects() == 0 {
 		t.Fatalf("the consumer never reconnected; log:\n%s", e.logs.String())
 	}
+}
+
+// queueState says how many messages and consumers queue has, or why not.
+func (e *restartEnv) queueState(queue string) string {
+	conn, err := e.dial()
+	if err != nil {
+		return err.Error()
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return err.Error()
+	}
+	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("%d ready, %d consumers", q.Messages, q.Consumers)
 }
 
 // tail is the last n lines of s.

@@ -309,6 +309,20 @@ func (s *Server) LogTail(n int) string {
 	return string(bytes.Join(lines[max(0, len(lines)-n):], []byte("\n")))
 }
 
+// LogErrors is the last n lines of the server's log that report an error
+// (RabbitMQ's "[error]" lines: a queue that failed to recover, say), which
+// the tail of a long log may no longer show.
+func (s *Server) LogErrors(n int) string {
+	b, _ := os.ReadFile(filepath.Join(s.dir, "server.log"))
+	var errs [][]byte
+	for line := range bytes.Lines(b) {
+		if bytes.Contains(line, []byte("[error]")) || bytes.Contains(line, []byte("[ERR]")) {
+			errs = append(errs, bytes.TrimRight(line, "\n"))
+		}
+	}
+	return string(bytes.Join(errs[max(0, len(errs)-n):], []byte("\n")))
+}
+
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
