@@ -198,6 +198,12 @@ func runBrokerRedelivery(ctx context.Context, t *trial) error {
 			if err := srv.Start(ctx); err != nil {
 				return fmt.Errorf("restarting %s: %w", v.name, err)
 			}
+			// A broker that came back without dest (RabbitMQ 3.10 under
+			// load, now and then) has lost its messages: say so now, not
+			// at the deadline.
+			if _, err := v.pending(ctx, url, dest); err != nil && strings.Contains(err.Error(), "NOT_FOUND") {
+				return fmt.Errorf("%s lost %s in the restart (%d of %d messages consumed): %w\n%s", v.name, dest, settled, len(t.keys), err, brokerState(v, srv, url, dest, workers))
+			}
 		}
 		if settled == len(t.keys) {
 			if n, err := v.pending(ctx, url, dest); err == nil && n == 0 {

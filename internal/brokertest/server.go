@@ -309,18 +309,21 @@ func (s *Server) LogTail(n int) string {
 	return string(bytes.Join(lines[max(0, len(lines)-n):], []byte("\n")))
 }
 
-// LogErrors is the last n lines of the server's log that report an error
-// (RabbitMQ's "[error]" lines: a queue that failed to recover, say), which
-// the tail of a long log may no longer show.
+// LogErrors is the last n lines of the server's log that report its own
+// errors (RabbitMQ's "[error]" lines, but for the channel errors of
+// clients) or its recovery of queues after a restart: what the tail of a
+// long log no longer shows.
 func (s *Server) LogErrors(n int) string {
 	b, _ := os.ReadFile(filepath.Join(s.dir, "server.log"))
-	var errs [][]byte
+	var out [][]byte
 	for line := range bytes.Lines(b) {
-		if bytes.Contains(line, []byte("[error]")) || bytes.Contains(line, []byte("[ERR]")) {
-			errs = append(errs, bytes.TrimRight(line, "\n"))
+		switch {
+		case bytes.Contains(line, []byte("Channel error on connection")), bytes.Contains(line, []byte("caused a channel exception")):
+		case bytes.Contains(line, []byte("[error]")), bytes.Contains(line, []byte("[ERR]")), bytes.Contains(line, []byte("Recovering")):
+			out = append(out, bytes.TrimRight(line, "\n"))
 		}
 	}
-	return string(bytes.Join(errs[max(0, len(errs)-n):], []byte("\n")))
+	return string(bytes.Join(out[max(0, len(out)-n):], []byte("\n")))
 }
 
 func freePort() (int, error) {
