@@ -50,12 +50,16 @@ type brokerVariant struct {
 	publisher func(ctx context.Context, url, dest string) (outbox.Publisher, func(), error)
 	// pending is how many messages dest has not had acknowledged.
 	pending func(ctx context.Context, url, dest string) (int, error)
+	// describe, when set, says what the broker holds of dest (for a
+	// trial that timed out).
+	describe func(ctx context.Context, url, dest string) string
 	// consume runs in a worker: it consumes dest into in (source dest)
 	// until ctx ends, with effect as each message's effect and settled
 	// called after each message was acked or handed back.
+	// log receives the consumer's warnings (its reconnects).
 	consume func(ctx context.Context, url, dest string, in *inbox.Inbox, source string,
 		effect func(ctx context.Context, tx *sql.Tx, id string, payload []byte) error,
-		settled func(id string, payload []byte, err error)) error
+		settled func(id string, payload []byte, err error), log *slog.Logger) error
 	// run, when set, is the whole trial for this variant instead (Kafka's:
 	// no acks, offsets kept in the database; prove/broker_kafka.go).
 	run func(ctx context.Context, t *trial) error
@@ -185,11 +189,20 @@ func runBrokerRedelivery(ctx context.Context, t *trial) error {
 			}
 		}
 		_, settled, _ := t.h.stats()
+		if r, ok := srv.(interface{ Running() bool }); ok && !r.Running() {
+			return fmt.Errorf("%s exited on its own with %d of %d messages consumed\n%s", v.name, settled, len(t.keys), brokerState(v, srv, url, dest, workers))
+		}
 		if !restarted && settled >= len(t.keys)/3 {
 			restarted = true
 			srv.Kill()
 			if err := srv.Start(ctx); err != nil {
 				return fmt.Errorf("restarting %s: %w", v.name, err)
+			}
+			// A broker that came back without dest (RabbitMQ 3.10 under
+			// load, now and then) has lost its messages: say so now, not
+			// at the deadline.
+			if _, err := v.pending(ctx, url, dest); err != nil && strings.Contains(err.Error(), "NOT_FOUND") {
+				return fmt.Errorf("%s lost %s in the restart (%d of %d messages consumed): %w\n%s", v.name, dest, settled, len(t.keys), err, brokerState(v, srv, url, dest, workers))
 			}
 		}
 		if settled == len(t.keys) {
@@ -198,7 +211,7 @@ func runBrokerRedelivery(ctx context.Context, t *trial) error {
 			}
 		}
 		if err := sleep(ctx, 20*time.Millisecond); err != nil {
-			return fmt.Errorf("%d of %d messages consumed: %w", settled, len(t.keys), err)
+			return fmt.Errorf("%d of %d messages consumed: %w\n%s", settled, len(t.keys), err, brokerState(v, srv, url, dest, workers))
 		}
 	}
 	t.note("consumers SIGKILLed: %d %s, %d %s (before the ack); %s killed and restarted mid-run: %v",
@@ -214,6 +227,31 @@ func runBrokerRedelivery(ctx context.Context, t *trial) error {
 		errs = append(errs, p.wait(ctx, true))
 	}
 	return errors.Join(errs...)
+}
+
+// brokerState says, for a trial that timed out, what the broker holds of
+// dest, the end of the broker's log, and the end of each live worker's
+// stderr (where its consumer logs its reconnects).
+func brokerState(v brokerVariant, srv brokerServer, url, dest string, workers []*proc) string {
+	var b strings.Builder
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if r, ok := srv.(interface{ Running() bool }); ok {
+		fmt.Fprintf(&b, "%s process running: %v\n", v.name, r.Running())
+	}
+	if v.describe != nil {
+		fmt.Fprintf(&b, "%s %s: %s\n", v.name, dest, v.describe(ctx, url, dest))
+	}
+	if l, ok := srv.(interface{ LogErrors(int) string }); ok {
+		fmt.Fprintf(&b, "%s log, errors (last 40):\n%s\n", v.name, l.LogErrors(40))
+	}
+	if l, ok := srv.(interface{ LogTail(int) string }); ok {
+		fmt.Fprintf(&b, "%s log (last 30 lines):\n%s\n", v.name, l.LogTail(30))
+	}
+	for _, p := range workers {
+		fmt.Fprintf(&b, "worker %d stderr:\n%s\n", p.pid, p.stderr)
+	}
+	return b.String()
 }
 
 // runBroker is a consuming worker: it consumes until stdin ends. Each
@@ -251,7 +289,8 @@ func (w *worker) runBroker(ctx context.Context) error {
 		}
 		w.out.emit(wireEvent{Ev: evOK, Key: id, Body: string(payload)})
 	}
-	return v.consume(ctx, w.s.BrokerURL, w.s.BrokerDest, in, source, effect, settled)
+	log := slog.New(slog.NewTextHandler(w.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return v.consume(ctx, w.s.BrokerURL, w.s.BrokerDest, in, source, effect, settled, log)
 }
 
 const brokerGroup = "idem-prove"
@@ -311,7 +350,7 @@ func jetstreamVariant() brokerVariant {
 			return int(info.NumPending) + info.NumAckPending, nil
 		},
 		consume: func(ctx context.Context, url, dest string, in *inbox.Inbox, source string,
-			effect func(context.Context, *sql.Tx, string, []byte) error, settled func(string, []byte, error)) error {
+			effect func(context.Context, *sql.Tx, string, []byte) error, settled func(string, []byte, error), log *slog.Logger) error {
 			nc, j, err := connect(url)
 			if err != nil {
 				return err
@@ -332,7 +371,7 @@ func jetstreamVariant() brokerVariant {
 				return effect(ctx, tx, id, m.Data())
 			}, &idemjs.Config{
 				Source: source, MaxAttempts: -1, RetryDelay: 50 * time.Millisecond, MaxWait: 200 * time.Millisecond, Batch: 10,
-				Logger:  slog.New(slog.DiscardHandler),
+				Logger:  log,
 				Observe: func(s idemjs.Settled) { settled(s.ID, s.Payload, s.Err) },
 			})
 			if err != nil {
@@ -380,13 +419,29 @@ func rabbitmqVariant() brokerVariant {
 			q, err := ch.QueueDeclarePassive(dest, true, false, false, false, nil)
 			return q.Messages, err // ready; unacked ones come back if their consumer dies
 		},
+		describe: func(ctx context.Context, url, dest string) string {
+			conn, err := amqp.Dial(url)
+			if err != nil {
+				return err.Error()
+			}
+			defer conn.Close()
+			ch, err := conn.Channel()
+			if err != nil {
+				return err.Error()
+			}
+			q, err := ch.QueueDeclarePassive(dest, true, false, false, false, nil)
+			if err != nil {
+				return err.Error()
+			}
+			return fmt.Sprintf("%d ready, %d consumers", q.Messages, q.Consumers)
+		},
 		consume: func(ctx context.Context, url, dest string, in *inbox.Inbox, source string,
-			effect func(context.Context, *sql.Tx, string, []byte) error, settled func(string, []byte, error)) error {
+			effect func(context.Context, *sql.Tx, string, []byte) error, settled func(string, []byte, error), log *slog.Logger) error {
 			c, err := rabbitmq.NewConsumer(in, dialer(url), func(ctx context.Context, tx *sql.Tx, d amqp.Delivery) error {
 				return effect(ctx, tx, d.MessageId, d.Body)
 			}, &rabbitmq.Config{
 				Queue: dest, Source: source, Prefetch: 10, MaxAttempts: -1, RetryDelay: 50 * time.Millisecond,
-				Logger:  slog.New(slog.DiscardHandler),
+				Logger:  log,
 				Observe: func(s rabbitmq.Settled) { settled(s.ID, s.Payload, s.Err) },
 			})
 			if err != nil {

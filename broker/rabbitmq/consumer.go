@@ -49,8 +49,21 @@ type Config struct {
 	// Attempts are counted by this process (and by the broker's
 	// x-delivery-count on quorum queues). Default 10; -1 retries forever.
 	MaxAttempts int
-	// RetryDelay is the pause before reconnecting. Default 1s.
+	// RetryDelay is the pause before reconnecting. While the broker stays
+	// unreachable (or refuses the channel, the declaration or the
+	// consume), each further attempt waits twice as long, up to
+	// MaxRetryDelay; a session that got as far as consuming starts the
+	// pauses over. Default 1s.
 	RetryDelay time.Duration
+	// MaxRetryDelay is the longest pause between reconnects. Default 30
+	// times RetryDelay.
+	MaxRetryDelay time.Duration
+	// Declare, when set, is called on each new channel before consuming,
+	// to declare what the consumer needs (its queue, bindings, dead-letter
+	// queue): a broker that restarted without them (transient ones) has
+	// them again before the consumer resumes. An error ends the session,
+	// which is retried.
+	Declare func(ch *amqp.Channel) error
 	// Observe, when set, is called after each delivery was settled (acked,
 	// requeued or rejected), with what happened to it.
 	Observe func(Settled)
@@ -109,6 +122,7 @@ func NewConsumer(in *inbox.Inbox, dial Dialer, h Handler, cfg *Config) (*Consume
 	c.Prefetch = cmp.Or(c.Prefetch, DefaultPrefetch)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, DefaultMaxAttempts)
 	c.RetryDelay = cmp.Or(c.RetryDelay, DefaultRetryDelay)
+	c.MaxRetryDelay = max(c.RetryDelay, cmp.Or(c.MaxRetryDelay, 30*c.RetryDelay))
 	c.Logger = cmp.Or(c.Logger, slog.Default())
 	return &Consumer{in: in, dial: dial, h: h, cfg: c, attempts: map[string]int{}}, nil
 }
@@ -119,47 +133,98 @@ func (c *Consumer) Stats() Stats {
 }
 
 // Run consumes until ctx is done, then closes its connection and returns
-// nil. A lost connection (the broker restarting) is logged and dialled
-// again after RetryDelay; the broker requeues what was not acked.
+// nil. Whatever ends a session — the connection or the channel closed
+// (the broker restarting, or closing the channel on an error such as a
+// queue not found while it is still recovering), the consumer cancelled,
+// a failed dial — is logged, and a new session is dialled after a pause
+// (RetryDelay, doubling up to MaxRetryDelay), for as long as ctx lasts.
+// The broker requeues what was not acked.
 func (c *Consumer) Run(ctx context.Context) error {
+	delay := c.cfg.RetryDelay
+	pause := time.NewTimer(delay)
+	pause.Stop()
 	for ctx.Err() == nil {
-		if err := c.session(ctx); err != nil && ctx.Err() == nil {
-			c.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "rabbitmq consumer disconnected; reconnecting",
-				slog.String("queue", c.cfg.Queue), slog.Any("err", err))
-			select {
-			case <-ctx.Done():
-			case <-time.After(c.cfg.RetryDelay):
-			}
+		consumed := false
+		err := c.session(ctx, func() { consumed = true })
+		if ctx.Err() != nil {
+			break
 		}
+		if consumed {
+			delay = c.cfg.RetryDelay
+		}
+		c.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "rabbitmq consumer disconnected; reconnecting",
+			slog.String("queue", c.cfg.Queue), slog.Duration("after", delay), slog.Any("err", err))
+		pause.Reset(delay)
+		select {
+		case <-ctx.Done():
+		case <-pause.C:
+		}
+		delay = min(2*delay, c.cfg.MaxRetryDelay)
 	}
 	return nil
 }
 
-// session consumes on one connection until it fails or ctx ends.
-func (c *Consumer) session(ctx context.Context) error {
+// closeTimeout bounds the close handshake of a session's connection (a
+// broker that stopped answering).
+const closeTimeout = 5 * time.Second
+
+// session consumes on one connection until it fails or ctx ends; it calls
+// consuming once the broker accepted the consume. Its error says why it
+// ended (nil when ctx did).
+func (c *Consumer) session(ctx context.Context, consuming func()) error {
 	conn, err := c.dial()
 	if err != nil {
-		return err
+		return fmt.Errorf("rabbitmq: dial: %w", err)
 	}
-	defer conn.Close()
+	defer conn.CloseDeadline(time.Now().Add(closeTimeout))
+	connClosed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	ch, err := conn.Channel()
 	if err != nil {
-		return err
+		return fmt.Errorf("rabbitmq: open a channel: %w", err)
+	}
+	chClosed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	if c.cfg.Declare != nil {
+		if err := c.cfg.Declare(ch); err != nil {
+			return fmt.Errorf("rabbitmq: declare for %q: %w", c.cfg.Queue, err)
+		}
 	}
 	if err := ch.Qos(c.cfg.Prefetch, 0, false); err != nil {
-		return err
+		return fmt.Errorf("rabbitmq: qos: %w", err)
 	}
 	ds, err := ch.ConsumeWithContext(ctx, c.cfg.Queue, "", false, false, false, false, nil)
 	if err != nil {
-		return err
+		return fmt.Errorf("rabbitmq: consume %q: %w", c.cfg.Queue, err)
 	}
-	for d := range ds {
-		c.Handle(ctx, d)
+	consuming()
+	for {
+		// A closed connection or channel ends the session even if the
+		// deliveries channel stays open (a Dialer whose connections
+		// recover on their own), and even with deliveries still buffered:
+		// they cannot be acked on a dead channel.
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-connClosed:
+			return closedError("connection", c.cfg.Queue, err)
+		case err := <-chClosed:
+			return closedError("channel", c.cfg.Queue, err)
+		case d, ok := <-ds:
+			if !ok {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("rabbitmq: deliveries of %q ended (consumer cancelled or channel closed)", c.cfg.Queue)
+			}
+			c.Handle(ctx, d)
+		}
 	}
-	if ctx.Err() != nil {
-		return nil
+}
+
+func closedError(what, queue string, err *amqp.Error) error {
+	if err == nil {
+		return fmt.Errorf("rabbitmq: %s consuming %q closed", what, queue)
 	}
-	return fmt.Errorf("rabbitmq: deliveries of %q ended (channel closed)", c.cfg.Queue)
+	return fmt.Errorf("rabbitmq: %s consuming %q closed: %w", what, queue, err)
 }
 
 // Handle processes one delivery and acks, requeues or rejects it. It

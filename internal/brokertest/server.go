@@ -16,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // Kinds of broker.
@@ -106,7 +108,9 @@ func (s *Server) URL() string {
 }
 
 // Start starts the server again after Stop or Kill (a no-op if running),
-// on the same port and data, and waits until it accepts connections.
+// on the same port and data, and waits until it is ready: for RabbitMQ,
+// until an AMQP connection and a channel open (it accepts TCP connections
+// before that, and the port may still be held by the process Kill ended).
 func (s *Server) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -149,25 +153,63 @@ func (s *Server) Start(ctx context.Context) error {
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); close(exited) }()
 	s.cmd, s.exited, s.log = cmd, exited, log
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
+	var last error
 	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
+		if last = s.ready(); last == nil {
 			return nil
 		}
 		select {
 		case <-exited:
-			s.cmd = nil
-			log.Close()
+			s.stopLocked(syscall.SIGKILL) // its helpers
 			return fmt.Errorf("brokertest: %s exited while starting; log:\n%s", s.kind, s.LogTail(20))
 		case <-ctx.Done():
 			s.stopLocked(syscall.SIGKILL)
-			return fmt.Errorf("brokertest: %s did not accept connections: %w; log:\n%s", s.kind, ctx.Err(), s.LogTail(20))
+			return fmt.Errorf("brokertest: %s was not ready: %w (last: %v); log:\n%s", s.kind, ctx.Err(), last, s.LogTail(20))
 		case <-time.After(100 * time.Millisecond):
 		}
+	}
+}
+
+// ready reports why the server is not ready yet (nil when it is).
+func (s *Server) ready() error {
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+	if s.kind != RabbitMQ {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}
+	// RabbitMQ opens its AMQP listener at the end of its boot, after the
+	// durable queues are recovered; a connection and a channel say it
+	// serves clients.
+	conn, err := amqp.DialConfig(s.URL(), amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	return ch.Close()
+}
+
+// Running reports whether the server's process is running (false after
+// Stop or Kill, or if it exited on its own).
+func (s *Server) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return false
+	}
+	select {
+	case <-s.exited:
+		return false
+	default:
+		return true
 	}
 }
 
@@ -190,8 +232,64 @@ func (s *Server) stopLocked(sig syscall.Signal) {
 		<-s.exited
 	}
 	syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL) // stragglers
+	// The server's process may be a script whose exit says nothing of the
+	// VM it runs (rabbitmq-server's does): until every process of the
+	// group is gone, the old VM may still hold the port, and a restart
+	// would take its dying listener for the new server.
+	waitGone(s.cmd.Process.Pid, 30*time.Second)
 	s.cmd = nil
 	s.log.Close()
+}
+
+// waitGone waits, for at most limit, until no process of group pgid is
+// alive: each is gone or a zombie (whose threads have all exited, so its
+// files, sockets included, are closed).
+func waitGone(pgid int, limit time.Duration) {
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if !groupAlive(pgid) {
+			return
+		}
+		syscall.Kill(-pgid, syscall.SIGKILL)
+	}
+}
+
+// groupAlive reports whether a thread of a process in group pgid is still
+// running, from /proc.
+func groupAlive(pgid int) bool {
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return false
+	}
+	for _, p := range procs {
+		if _, err := strconv.Atoi(p.Name()); err != nil {
+			continue
+		}
+		if stat, err := os.ReadFile(filepath.Join("/proc", p.Name(), "stat")); err != nil || procField(stat, 2) != strconv.Itoa(pgid) {
+			continue
+		}
+		tasks, _ := os.ReadDir(filepath.Join("/proc", p.Name(), "task"))
+		for _, task := range tasks {
+			stat, err := os.ReadFile(filepath.Join("/proc", p.Name(), "task", task.Name(), "stat"))
+			if err == nil && procField(stat, 0) != "Z" && procField(stat, 0) != "X" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// procField is field i (0: state, 1: ppid, 2: pgrp) of a /proc stat line,
+// counted after the command name, which may hold spaces.
+func procField(stat []byte, i int) string {
+	j := bytes.LastIndex(stat, []byte(") "))
+	if j < 0 {
+		return ""
+	}
+	f := bytes.Fields(stat[j+2:])
+	if i >= len(f) {
+		return ""
+	}
+	return string(f[i])
 }
 
 // Close stops the server and its helpers and removes its directory.
@@ -209,6 +307,23 @@ func (s *Server) LogTail(n int) string {
 	b, _ := os.ReadFile(filepath.Join(s.dir, "server.log"))
 	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
 	return string(bytes.Join(lines[max(0, len(lines)-n):], []byte("\n")))
+}
+
+// LogErrors is the last n lines of the server's log that report its own
+// errors (RabbitMQ's "[error]" lines, but for the channel errors of
+// clients) or its recovery of queues after a restart: what the tail of a
+// long log no longer shows.
+func (s *Server) LogErrors(n int) string {
+	b, _ := os.ReadFile(filepath.Join(s.dir, "server.log"))
+	var out [][]byte
+	for line := range bytes.Lines(b) {
+		switch {
+		case bytes.Contains(line, []byte("Channel error on connection")), bytes.Contains(line, []byte("caused a channel exception")):
+		case bytes.Contains(line, []byte("[error]")), bytes.Contains(line, []byte("[ERR]")), bytes.Contains(line, []byte("Recovering")):
+			out = append(out, bytes.TrimRight(line, "\n"))
+		}
+	}
+	return string(bytes.Join(out[max(0, len(out)-n):], []byte("\n")))
 }
 
 func freePort() (int, error) {
