@@ -103,7 +103,17 @@ func (g *guard) runLease(w http.ResponseWriter, r *http.Request, base context.Co
 	lr.alive.Stop()
 
 	crashpoint.Hit(crashpoint.AfterCall)
-	g.finishLease(base, c, g.decide(ctl, rec), rec)
+	if g.finishLease(base, c, g.decide(ctl, rec), rec) {
+		// The answer came after the lease was lost: another attempt owns
+		// the key, and what it holds (a reclaim's answer, a parked claim)
+		// is what every retry gets. Sending this answer would tell the
+		// client something the key does not say.
+		rec.discard()
+		WriteProblem(w, Problem{Type: ProblemLeaseLost, Title: "Took longer than the lease", Status: http.StatusServiceUnavailable,
+			Detail: "The answer came after the request's lease ended, so it was not recorded. Retry with the same key: you get what the key holds now.",
+			RetryAfter: 1})
+		return upstream
+	}
 	rec.send()
 	return upstream
 }
@@ -123,8 +133,9 @@ func (g *guard) afterPanic(r *http.Request, base context.Context, c *idem.Claim,
 
 // finishLease records the decided action. It runs detached from the
 // client (base is the request's context without its cancellation), so a
-// client that went away cannot stop it half way.
-func (g *guard) finishLease(base context.Context, c *idem.Claim, act action, rec *recorder) {
+// client that went away cannot stop it half way. It reports whether a
+// response it was to store was refused because the lease was lost.
+func (g *guard) finishLease(base context.Context, c *idem.Claim, act action, rec *recorder) (fenced bool) {
 	ctx, cancel := ledgerContext(base)
 	defer cancel()
 	status := cmp.Or(rec.status, http.StatusOK)
@@ -135,7 +146,7 @@ func (g *guard) finishLease(base context.Context, c *idem.Claim, act action, rec
 		g.logOp(ctx, slog.LevelInfo, "key released", c.Op, c.Token, slog.Int("status", status))
 	case actLeave:
 		g.logOp(ctx, slog.LevelWarn, "outcome unknown; claim left to its lease", c.Op, c.Token, slog.Int("status", status))
-		return
+		return false
 	case actNotStored:
 		why := rec.notStoredReason()
 		err = g.complete(ctx, nil, c, notStoredResult(status, why))
@@ -148,6 +159,9 @@ func (g *guard) finishLease(base context.Context, c *idem.Claim, act action, rec
 		}
 	}
 	switch {
+	case errors.Is(err, idem.ErrLeaseLost) && act == actStore:
+		g.logOp(ctx, slog.LevelWarn, "lease lost before the response was recorded; a later attempt owns the key; answered 503 lease-lost", c.Op, c.Token, slog.Int("status", status))
+		return true
 	case errors.Is(err, idem.ErrLeaseLost):
 		g.logOp(ctx, slog.LevelWarn, "lease lost before the response was recorded; a later attempt owns the key", c.Op, c.Token)
 	case err != nil && act == actRelease:
@@ -159,6 +173,7 @@ func (g *guard) finishLease(base context.Context, c *idem.Claim, act action, rec
 			g.cfg.recordFailed()
 		}
 	}
+	return false
 }
 
 // complete records a response: a success below 400, a (replayed)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,5 +60,50 @@ func TestLeaseLostCancelsHandler(t *testing.T) {
 	}
 	if !errors.Is(s.cause, idem.ErrLeaseLost) || !errors.Is(s.derivedCause, idem.ErrLeaseLost) {
 		t.Errorf("causes %v and %v, want idem.ErrLeaseLost for both", s.cause, s.derivedCause)
+	}
+}
+
+// A lease-bound handler that answers after its lease was lost does not
+// get its answer to the client: the key no longer says it (another
+// attempt owns it), so the client gets 503 lease-lost and its retry what
+// the key holds, here a second run of the handler.
+func TestLeaseLostAnswerNotSent(t *testing.T) {
+	t.Parallel()
+	base := openLedger(t, "sqlite")
+	l, err := idem.New(t.Context(), fencedHeartbeat{base.Driver()}, &idem.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs++
+		if runs == 1 {
+			<-r.Context().Done()               // the heartbeat found the lease lost
+			time.Sleep(100 * time.Millisecond) // and the lease has run out: answer anyway, late
+		}
+		w.WriteHeader(http.StatusCreated)
+		w.Write([]byte(`{"charge":` + strconv.Itoa(runs) + `}`))
+	})
+	mw, err := idemhttp.New(l, &idemhttp.Options{Lease: 30 * time.Millisecond, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := serve(t, mw(h)).URL
+	r := do(t, "POST", url, `{}`, "Idempotency-Key: k")
+	wantProblem(t, r, http.StatusServiceUnavailable, idemhttp.ProblemLeaseLost)
+	if strings.Contains(r.body, "charge") {
+		t.Fatalf("the late answer reached the client: %s", r.body)
+	}
+	// The retry finds the claim stale (its lease ended) and, under the
+	// default policy, handles it again; the run answers in time now.
+	var retry reply
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		retry = do(t, "POST", url, `{}`, "Idempotency-Key: k")
+		if retry.status != http.StatusConflict || time.Now().After(deadline) {
+			break
+		}
+	}
+	if retry.status != http.StatusCreated || retry.body != `{"charge":2}` {
+		t.Fatalf("retry: %d %s, want 201 from the second run", retry.status, retry.body)
 	}
 }
