@@ -31,6 +31,7 @@ type Client struct {
 	stopping bool
 	stop     chan struct{}   // closed by Stop: no more claims
 	workCtx  context.Context // parent of every job's context
+	bgCtx    context.Context // workCtx without its cancel: for the writes that end a job
 	cancel   context.CancelCauseFunc
 	bgCancel context.CancelFunc // listener and pruner
 	fetchers sync.WaitGroup     // producers
@@ -92,6 +93,7 @@ func (c *Client) Start(ctx context.Context) error {
 	c.started = true
 	c.stop = make(chan struct{})
 	c.workCtx, c.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	c.bgCtx = context.WithoutCancel(c.workCtx)
 	bgCtx, bgCancel := context.WithCancel(context.WithoutCancel(ctx))
 	c.bgCancel = bgCancel
 	c.finisher = newFinisher(c.drv)

@@ -234,7 +234,8 @@ func (p *producer) start(r idemtype.JobRow, sent time.Time) {
 	p.mu.Lock()
 	p.running++
 	p.mu.Unlock()
-	ex := &execution{c: p.c, p: p, rec: &r, fence: driver.JobFence{ID: r.ID, Attempt: r.Attempt, LeaseID: r.LeaseID}, claimSent: sent, started: time.Now()}
+	ex := &execution{c: p.c, p: p, row: r, fence: driver.JobFence{ID: r.ID, Attempt: r.Attempt, LeaseID: r.LeaseID}, claimSent: sent, started: time.Now()}
+	ex.rec = &ex.row
 	m := p.c.cfg.Metrics
 	if rescued(ex.rec) {
 		m.JobTransition(p.queue, TransitionRunning, TransitionRescued)

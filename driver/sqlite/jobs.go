@@ -47,6 +47,30 @@ func newJobScanner() *jobScanner {
 	return s
 }
 
+// claimCols are the columns a claim returns: those of jobCols whose values
+// the claim did not just set itself (scanClaimed fills those in).
+const claimCols = `id, kind, args, priority, attempt, max_attempts, run_at, unique_key, errors, result, created_at, metadata, partition_key`
+
+// scanClaimed scans the rows of claimCols that a claim p returned with the
+// clock now, filling in what the claim set: every job is p's, running,
+// leased until now + p.Lease. Fewer columns than jobCols, fewer values for
+// SQLite to buffer for RETURNING and for the driver to convert.
+func scanClaimed(rows driver.Rows, now int64, p driver.ClaimJobsParams) ([]idemtype.JobRow, error) {
+	s := &jobScanner{}
+	j := &s.j
+	s.dest = []any{&j.ID, &j.Kind, &j.Args, &j.Priority, &j.Attempt, &j.MaxAttempts, &s.runAt, &s.key, &s.errs, &j.Result,
+		&s.createdAt, &s.meta, &s.part}
+	at, until := fromMS(now), fromMS(now+ms(p.Lease))
+	return driver.ScanAll(rows, func(r driver.Row) (idemtype.JobRow, error) {
+		s.state, s.updatedAt = string(idemtype.JobRunning), now
+		s.leaseUntil, s.attemptedAt, s.finalizedAt = sql.NullInt64{}, sql.NullInt64{}, sql.NullInt64{}
+		j, err := s.scan(r, now)
+		j.Queue, j.LeaseID, j.ClaimedBy = p.Queue, p.LeaseID, p.Worker
+		j.LeaseUntil, j.AttemptedAt = until, at
+		return j, err
+	})
+}
+
 // noJobErrors is the errors column of a job that never failed.
 const noJobErrors = "[]"
 
@@ -254,11 +278,11 @@ func (d *Driver) claimIn(ctx context.Context, tx *wtx, now int64, p driver.Claim
 	WHERE id IN (SELECT id FROM idem_jobs WHERE state = 'available' AND queue = ?5 AND run_at <= ?1
 		AND NOT EXISTS (SELECT 1 FROM idem_job_queues p WHERE p.queue = ?5 AND p.paused_at IS NOT NULL)
 		ORDER BY priority, run_at, id LIMIT ?6)
-	RETURNING `+jobCols, now, p.LeaseID, ms(p.Lease), p.Worker, p.Queue, p.Limit)
+	RETURNING `+claimCols, now, p.LeaseID, ms(p.Lease), p.Worker, p.Queue, p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: claim jobs: %w", err)
 	}
-	out, err := scanJobs(rows, now)
+	out, err := scanClaimed(rows, now, p)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: claim jobs: %w", err)
 	}
