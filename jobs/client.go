@@ -96,7 +96,7 @@ func (c *Client) Start(ctx context.Context) error {
 	c.bgCtx = context.WithoutCancel(c.workCtx)
 	bgCtx, bgCancel := context.WithCancel(context.WithoutCancel(ctx))
 	c.bgCancel = bgCancel
-	c.finisher = newFinisher(c.drv)
+	c.finisher = newFinisher(c.drv, c.cfg.FetchCooldown)
 	for _, p := range c.producers {
 		c.fetchers.Go(func() { p.run(c.stop) })
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"sync"
+	"time"
 
 	"github.com/idemdev/idem/driver"
 	"github.com/idemdev/idem/idemtype"
@@ -28,8 +29,11 @@ const maxFinishBatch = 256
 type finisher struct {
 	drv     driver.Driver
 	claimer driver.JobFinishClaimer // nil: claims go alone
-	reqs    chan finishReq          // unbuffered: a request is either taken or not sent
-	claims  chan *claimReq          // unbuffered, as reqs
+	// cooldown is Config.FetchCooldown: the longest a batch of ends waits
+	// for a claim that is on its way (see run).
+	cooldown time.Duration
+	reqs     chan finishReq // unbuffered: a request is either taken or not sent
+	claims   chan *claimReq // unbuffered, as reqs
 
 	once sync.Once
 	stop chan struct{} // closed: no more batches; callers write alone
@@ -56,8 +60,8 @@ type claimReq struct {
 	reply chan struct{} // closed when rows, err and none are set
 }
 
-func newFinisher(drv driver.Driver) *finisher {
-	f := &finisher{drv: drv, reqs: make(chan finishReq), claims: make(chan *claimReq), stop: make(chan struct{}), done: make(chan struct{})}
+func newFinisher(drv driver.Driver, cooldown time.Duration) *finisher {
+	f := &finisher{drv: drv, cooldown: cooldown, reqs: make(chan finishReq), claims: make(chan *claimReq), stop: make(chan struct{}), done: make(chan struct{})}
 	f.claimer, _ = drv.(driver.JobFinishClaimer)
 	go f.run()
 	return f
@@ -142,12 +146,50 @@ func (f *finisher) run() {
 				runtime.Gosched()
 			}
 		}
+		if claim == nil && f.claimer != nil && claimComing(batch) {
+			claim, batch = f.awaitClaim(batch)
+		}
 		if claim != nil {
 			f.writeWithClaim(batch, claim)
 			continue
 		}
 		f.write(batch)
 	}
+}
+
+// claimComing reports whether a producer whose job the batch ends is about
+// to claim (producer.claiming): it claims within FetchCooldown of its last
+// claim, sooner once enough slots are free, and the ends of its jobs are
+// best written with that claim, in one commit, than in one of their own
+// just before it.
+func claimComing(batch []finishReq) bool {
+	for _, r := range batch {
+		if r.from != nil && r.from.claiming.Load() {
+			return true
+		}
+	}
+	return false
+}
+
+// awaitClaim waits for a claim to ride with batch, gathering the ends that
+// come meanwhile, for at most the fetch cooldown (the claim it waits for
+// comes sooner) or until the batch is full or the finisher stops.
+func (f *finisher) awaitClaim(batch []finishReq) (*claimReq, []finishReq) {
+	timer := time.NewTimer(f.cooldown)
+	defer timer.Stop()
+	for len(batch) < maxFinishBatch {
+		select {
+		case c := <-f.claims:
+			return c, batch
+		case r := <-f.reqs:
+			batch = append(batch, r)
+		case <-timer.C:
+			return nil, batch
+		case <-f.stop:
+			return nil, batch
+		}
+	}
+	return nil, batch
 }
 
 // writeWithClaim writes batch and claim in one transaction. Should that

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemdev/idem/driver"
@@ -27,6 +28,12 @@ type producer struct {
 	// within one commit, and a claim waits for them rather than take the
 	// slots freed so far (see waitForSlots).
 	finishing int
+
+	// claiming is set while the fetch loop is on its way to its next claim
+	// in the finisher's batch (waiting for slots, or claiming): not idle,
+	// not sleeping after an error. The finisher then holds the ends of
+	// this producer's jobs for that claim (see finisher.awaitClaim).
+	claiming atomic.Bool
 
 	wake  chan struct{} // new jobs may be due: a notice, or a local enqueue
 	freed chan struct{} // a running job finished
@@ -99,7 +106,9 @@ func (p *producer) run(stop <-chan struct{}) {
 	// together.
 	together := p.c.finisher.claimer != nil
 	var last time.Time
+	defer p.claiming.Store(false)
 	for {
+		p.claiming.Store(together)
 		if !p.waitForSlots(stop, batch, last.Add(cfg.FetchCooldown), together) {
 			return
 		}
@@ -124,6 +133,7 @@ func (p *producer) run(stop <-chan struct{}) {
 			rows, err = p.claim(p.free())
 		}
 		if err != nil {
+			p.claiming.Store(false)
 			p.c.log.LogAttrs(context.Background(), slog.LevelError, "claim failed", slog.String("queue", p.queue), slog.String("error", err.Error()))
 			if !sleep(stop, cfg.PollInterval) {
 				return
@@ -138,6 +148,7 @@ func (p *producer) run(stop <-chan struct{}) {
 			idle = cfg.FetchCooldown
 			continue
 		}
+		p.claiming.Store(false)
 		timer := time.NewTimer(idle + rand.N(idle/8+1))
 		select {
 		case <-stop:
