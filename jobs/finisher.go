@@ -16,7 +16,8 @@ const maxFinishBatch = 256
 // finisher writes the client's own ends of claims (completions, retries,
 // dead letters, releases) in batches: one transaction for whatever has
 // queued up while the previous batch was being written, with no waiting
-// window beyond one yield of the processor. Each write in a batch is fenced
+// window beyond one yield of the processor unless a claim is on its way
+// (see awaitClaim). Each write in a batch is fenced
 // on its own. CompleteTx does not come here: it belongs to the handler's
 // transaction.
 //
