@@ -140,7 +140,7 @@ func (ex *execution) release(ctx context.Context) {
 
 func (ex *execution) finish(ctx context.Context, p driver.FinishJobParams, what string, attrs ...slog.Attr) {
 	p.JobFence = ex.fence
-	err := ex.c.finisher.finish(ctx, ex.p, p)
+	err := ex.c.finisher.finish(ctx, ex, p)
 	switch {
 	case errors.Is(err, driver.ErrFenced) && ex.cancelled(ctx):
 		ex.observe("", RunCancelled)

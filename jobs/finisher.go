@@ -44,8 +44,18 @@ type finisher struct {
 type finishReq struct {
 	ctx   context.Context
 	p     driver.FinishJobParams
-	from  *producer // whose slot the end frees
+	from  *producer  // whose slot the end frees
+	ex    *execution // whose end it is
 	reply chan error
+}
+
+// received tells r's producer that the finisher has r (see
+// producer.unsent).
+func (r finishReq) received() finishReq {
+	if r.from != nil {
+		r.from.delivered(r.ex)
+	}
+	return r
 }
 
 // claimReq is a producer's claim handed to the finisher. Its Limit is set
@@ -70,8 +80,8 @@ func newFinisher(drv driver.Driver, cooldown time.Duration) *finisher {
 
 // finish ends one claim: ErrFenced if it was no longer held. The write is
 // bounded by finishTimeout, as well as by ctx.
-func (f *finisher) finish(ctx context.Context, from *producer, p driver.FinishJobParams) error {
-	req := finishReq{ctx: ctx, p: p, from: from, reply: make(chan error, 1)}
+func (f *finisher) finish(ctx context.Context, ex *execution, p driver.FinishJobParams) error {
+	req := finishReq{ctx: ctx, p: p, from: ex.p, ex: ex, reply: make(chan error, 1)}
 	select {
 	case f.reqs <- req:
 		return <-req.reply
@@ -122,6 +132,7 @@ func (f *finisher) run() {
 		case <-f.stop:
 			return
 		case r := <-f.reqs:
+			r = r.received()
 			batch = append(batch, r)
 		case claim = <-claims:
 			claims = nil // one claim a batch
@@ -134,6 +145,7 @@ func (f *finisher) run() {
 		for len(batch) < maxFinishBatch {
 			select {
 			case r := <-f.reqs:
+				r = r.received()
 				batch = append(batch, r)
 				yielded = false
 			case claim = <-claims:
@@ -151,11 +163,40 @@ func (f *finisher) run() {
 			claim, batch = f.awaitClaim(batch)
 		}
 		if claim != nil {
+			batch = f.awaitEnds(batch, claim.from)
 			f.writeWithClaim(batch, claim)
 			continue
 		}
 		f.write(batch)
 	}
+}
+
+// awaitEnds gathers, for a claim of from, the ends of from's jobs whose
+// work has returned but which have not reached the finisher yet
+// (producer.unsent): they are on their way, and the claim takes their
+// slots if they ride with it. It waits at most the fetch cooldown.
+func (f *finisher) awaitEnds(batch []finishReq, from *producer) []finishReq {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for len(batch) < maxFinishBatch && from.unsentNow() > 0 {
+		if timer == nil {
+			timer = time.NewTimer(f.cooldown)
+		}
+		select {
+		case r := <-f.reqs:
+			r = r.received()
+			batch = append(batch, r)
+		case <-timer.C:
+			return batch
+		case <-f.stop:
+			return batch
+		}
+	}
+	return batch
 }
 
 // claimComing reports whether a producer whose job the batch ends is about
@@ -183,6 +224,7 @@ func (f *finisher) awaitClaim(batch []finishReq) (*claimReq, []finishReq) {
 		case c := <-f.claims:
 			return c, batch
 		case r := <-f.reqs:
+			r = r.received()
 			batch = append(batch, r)
 		case <-timer.C:
 			return nil, batch

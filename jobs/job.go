@@ -98,6 +98,9 @@ type execution struct {
 	// finishing is set, under p.mu, once the work has returned and the
 	// claim's final write is on its way (see producer.finishing).
 	finishing bool
+	// delivered is set, under p.mu, once the finisher has received the
+	// claim's end, or the executor is done (see producer.unsent).
+	delivered bool
 
 	// ctx is the job's context, cancel cancels it (with a cause); hb
 	// heartbeats the lease (lease.go); vctx is the context the worker gets.

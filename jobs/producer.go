@@ -28,6 +28,10 @@ type producer struct {
 	// within one commit, and a claim waits for them rather than take the
 	// slots freed so far (see waitForSlots).
 	finishing int
+	// unsent counts the finishing jobs whose end the finisher has not
+	// received yet (nor ever will: until their executor is done), so that
+	// a claim can wait for the ends on their way (finisher.awaitEnds).
+	unsent int
 
 	// claiming is set while the fetch loop is on its way to its next claim
 	// in the finisher's batch (waiting for slots, or claiming): not idle,
@@ -78,6 +82,26 @@ func (p *producer) slots() (free, finishing int) {
 	return p.max - p.running, p.finishing
 }
 
+// unsentNow counts the jobs whose work has returned and whose end the
+// finisher does not have yet.
+func (p *producer) unsentNow() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.unsent
+}
+
+// delivered records that the finisher has ex's end.
+func (p *producer) delivered(ex *execution) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !ex.delivered {
+		ex.delivered = true
+		if ex.finishing {
+			p.unsent--
+		}
+	}
+}
+
 // ending counts ex as finishing: its work returned.
 func (p *producer) ending(ex *execution) {
 	p.mu.Lock()
@@ -85,6 +109,9 @@ func (p *producer) ending(ex *execution) {
 	if !ex.finishing {
 		ex.finishing = true
 		p.finishing++
+		if !ex.delivered {
+			p.unsent++
+		}
 	}
 	signal(p.freed) // a claim that rides with the ends may take its slot
 }
@@ -286,7 +313,11 @@ func (p *producer) done(ex *execution) {
 	p.running--
 	if ex.finishing {
 		p.finishing--
+		if !ex.delivered {
+			p.unsent-- // ended without the finisher: CompleteTx, a cancel
+		}
 	}
+	ex.delivered = true
 	p.mu.Unlock()
 	signal(p.freed)
 }
