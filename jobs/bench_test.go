@@ -78,14 +78,15 @@ func BenchmarkEnqueue(b *testing.B) {
 }
 
 // BenchmarkClaimComplete measures the whole worker path (claim in batches,
-// heartbeat, run, complete) for jobs whose handler does nothing, with 1, 8
-// and 32 workers in one client. The jobs are enqueued before the clock
+// heartbeat, run, complete) for jobs whose handler does nothing, with 1, 8,
+// 32, 100 and 800 workers in one client (100 and 800: the clients of idem
+// bench's claim+complete row at 1 and 8). The jobs are enqueued before the clock
 // starts; the clock stops when the client has stopped with all completed.
 func BenchmarkClaimComplete(b *testing.B) {
 	top, cluster := b, (*pgtest.Cluster)(nil)
 	for _, driver := range drivers {
 		b.Run(driver, func(b *testing.B) {
-			for _, workers := range []int{1, 8, 32} {
+			for _, workers := range []int{1, 8, 32, 100, 800} {
 				b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
 					l := openLedger(b, benchURL(b, top, driver, &cluster))
 					var done atomic.Int64

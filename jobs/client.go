@@ -31,6 +31,7 @@ type Client struct {
 	stopping bool
 	stop     chan struct{}   // closed by Stop: no more claims
 	workCtx  context.Context // parent of every job's context
+	bgCtx    context.Context // workCtx without its cancel: for the writes that end a job
 	cancel   context.CancelCauseFunc
 	bgCancel context.CancelFunc // listener and pruner
 	fetchers sync.WaitGroup     // producers
@@ -92,9 +93,10 @@ func (c *Client) Start(ctx context.Context) error {
 	c.started = true
 	c.stop = make(chan struct{})
 	c.workCtx, c.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	c.bgCtx = context.WithoutCancel(c.workCtx)
 	bgCtx, bgCancel := context.WithCancel(context.WithoutCancel(ctx))
 	c.bgCancel = bgCancel
-	c.finisher = newFinisher(c.drv)
+	c.finisher = newFinisher(c.drv, c.cfg.FetchCooldown)
 	for _, p := range c.producers {
 		c.fetchers.Go(func() { p.run(c.stop) })
 	}

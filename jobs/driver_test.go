@@ -248,3 +248,68 @@ func equal(a, b []bool) bool {
 	}
 	return true
 }
+
+// A batch of completions (written by one statement on SQLite) completes
+// the jobs still held and reports the others fenced: one cancelled, one
+// claimed again since. A claim's rows carry what the claim wrote, as the
+// database has it.
+func TestDriverCompletionsFencedInBatch(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		drv := e.l.Driver()
+		ins := make([]driver.JobInsert, 5)
+		for i := range ins {
+			ins[i] = driver.JobInsert{Queue: "q", Kind: "k", Args: []byte("{}"), MaxAttempts: 5}
+		}
+		if _, _, err := drv.EnqueueJobs(ctx, driver.Shared, ins); err != nil {
+			t.Fatal(err)
+		}
+		lease := rand.Int64()
+		rows, err := drv.ClaimJobs(ctx, driver.ClaimJobsParams{Queue: "q", Worker: "w1", Limit: 5, LeaseID: lease, Lease: time.Minute})
+		if err != nil || len(rows) != 5 {
+			t.Fatalf("claim: %d rows, %v", len(rows), err)
+		}
+		for _, r := range rows {
+			j, err := drv.GetJob(ctx, r.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Queue != j.Queue || r.State != j.State || r.LeaseID != j.LeaseID || !r.LeaseUntil.Equal(j.LeaseUntil) ||
+				r.ClaimedBy != j.ClaimedBy || !r.AttemptedAt.Equal(j.AttemptedAt) || !r.UpdatedAt.Equal(j.UpdatedAt) ||
+				!r.FinalizedAt.Equal(j.FinalizedAt) || r.Attempt != j.Attempt || r.Kind != j.Kind || string(r.Args) != string(j.Args) {
+				t.Fatalf("claimed row %+v\nin the database %+v", r, j)
+			}
+		}
+		if _, _, err := drv.CancelJob(ctx, rows[1].ID); err != nil {
+			t.Fatal(err)
+		}
+		stale := driver.JobFence{ID: rows[3].ID, Attempt: rows[3].Attempt - 1, LeaseID: lease}
+		ps := []driver.FinishJobParams{
+			{JobFence: driver.JobFence{ID: rows[0].ID, Attempt: rows[0].Attempt, LeaseID: lease}, State: idemtype.JobCompleted},
+			{JobFence: driver.JobFence{ID: rows[1].ID, Attempt: rows[1].Attempt, LeaseID: lease}, State: idemtype.JobCompleted},
+			{JobFence: driver.JobFence{ID: rows[2].ID, Attempt: rows[2].Attempt, LeaseID: lease}, State: idemtype.JobAvailable, Error: "again"},
+			{JobFence: stale, State: idemtype.JobCompleted},
+			{JobFence: driver.JobFence{ID: rows[4].ID, Attempt: rows[4].Attempt, LeaseID: lease}, State: idemtype.JobCompleted},
+		}
+		fenced, err := drv.FinishJobs(ctx, ps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []bool{false, true, false, true, false}; !equal(fenced, want) {
+			t.Fatalf("fenced = %v, want %v", fenced, want)
+		}
+		want := []idemtype.JobState{idemtype.JobCompleted, idemtype.JobCancelled, idemtype.JobAvailable, idemtype.JobRunning, idemtype.JobCompleted}
+		for i, r := range rows {
+			j, err := drv.GetJob(ctx, r.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if j.State != want[i] {
+				t.Errorf("job %d: %s, want %s", i, j.State, want[i])
+			}
+			if j.State == idemtype.JobCompleted && (j.FinalizedAt.IsZero() || !j.LeaseUntil.IsZero() || j.Result != nil) {
+				t.Errorf("completed job %d: %+v", i, j)
+			}
+		}
+	})
+}

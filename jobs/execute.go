@@ -32,19 +32,21 @@ func (ex *execution) execute() {
 		ctx, stop = context.WithTimeoutCause(ctx, c.cfg.JobTimeout, fmt.Errorf("jobs: job timeout %v passed", c.cfg.JobTimeout))
 		defer stop()
 	}
-	stopHeartbeat := ex.keepAlive(ctx, cancel)
+	ex.ctx, ex.cancel = ctx, cancel
+	ex.hb.Start(ctx, c.cfg.Lease, ex.claimSent, ex) // the lease was granted after the claim was sent
 	err := ex.run(ctx)
 	ex.ran.Store(max(int64(time.Since(ex.started)), 1))
 	ex.p.ending(ex)
-	stopHeartbeat()
+	ex.hb.Stop()
 	cause := context.Cause(ctx)
 
 	if ex.ended.Swap(true) {
 		return // Stop handed the job back already
 	}
 	// Each write below bounds itself by finishTimeout (the finisher, the
-	// reads after a fenced write): no timer per job here.
-	bg := context.WithoutCancel(ctx)
+	// reads after a fenced write): no timer per job here. bg carries the
+	// values of Start's context, as the job's context does.
+	bg := c.bgCtx
 	var sz *snooze
 	switch {
 	case err == nil && ex.completedTx.Load():
@@ -82,7 +84,24 @@ func (ex *execution) run(ctx context.Context) (err error) {
 	if !ok {
 		return fmt.Errorf("no worker registered for kind %q in client %s", ex.rec.Kind, ex.c.cfg.ID)
 	}
-	return r(context.WithValue(ctx, execKey{}, ex), ex)
+	ex.vctx = execCtx{ctx, ex}
+	return r(&ex.vctx, ex)
+}
+
+// execCtx is a job's context as its worker sees it: ctx carrying the
+// execution under execKey (for RecordOutput), as context.WithValue would,
+// kept in the execution rather than allocated apart.
+type execCtx struct {
+	context.Context
+	ex *execution
+}
+
+// Value returns the execution for execKey, and ctx's values otherwise.
+func (c *execCtx) Value(key any) any {
+	if key == (execKey{}) {
+		return c.ex
+	}
+	return c.Context.Value(key)
 }
 
 // fail retries the job after backoff, or dead-letters it when the error is
@@ -121,7 +140,7 @@ func (ex *execution) release(ctx context.Context) {
 
 func (ex *execution) finish(ctx context.Context, p driver.FinishJobParams, what string, attrs ...slog.Attr) {
 	p.JobFence = ex.fence
-	err := ex.c.finisher.finish(ctx, ex.p, p)
+	err := ex.c.finisher.finish(ctx, ex, p)
 	switch {
 	case errors.Is(err, driver.ErrFenced) && ex.cancelled(ctx):
 		ex.observe("", RunCancelled)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"sync"
+	"time"
 
 	"github.com/idemdev/idem/driver"
 	"github.com/idemdev/idem/idemtype"
@@ -15,7 +16,8 @@ const maxFinishBatch = 256
 // finisher writes the client's own ends of claims (completions, retries,
 // dead letters, releases) in batches: one transaction for whatever has
 // queued up while the previous batch was being written, with no waiting
-// window beyond one yield of the processor. Each write in a batch is fenced
+// window beyond one yield of the processor unless a claim is on its way
+// (see awaitClaim). Each write in a batch is fenced
 // on its own. CompleteTx does not come here: it belongs to the handler's
 // transaction.
 //
@@ -28,8 +30,11 @@ const maxFinishBatch = 256
 type finisher struct {
 	drv     driver.Driver
 	claimer driver.JobFinishClaimer // nil: claims go alone
-	reqs    chan finishReq          // unbuffered: a request is either taken or not sent
-	claims  chan *claimReq          // unbuffered, as reqs
+	// cooldown is Config.FetchCooldown: the longest a batch of ends waits
+	// for a claim that is on its way (see run).
+	cooldown time.Duration
+	reqs     chan finishReq // unbuffered: a request is either taken or not sent
+	claims   chan *claimReq // unbuffered, as reqs
 
 	once sync.Once
 	stop chan struct{} // closed: no more batches; callers write alone
@@ -39,8 +44,18 @@ type finisher struct {
 type finishReq struct {
 	ctx   context.Context
 	p     driver.FinishJobParams
-	from  *producer // whose slot the end frees
+	from  *producer  // whose slot the end frees
+	ex    *execution // whose end it is
 	reply chan error
+}
+
+// received tells r's producer that the finisher has r (see
+// producer.unsent).
+func (r finishReq) received() finishReq {
+	if r.from != nil {
+		r.from.delivered(r.ex)
+	}
+	return r
 }
 
 // claimReq is a producer's claim handed to the finisher. Its Limit is set
@@ -56,8 +71,8 @@ type claimReq struct {
 	reply chan struct{} // closed when rows, err and none are set
 }
 
-func newFinisher(drv driver.Driver) *finisher {
-	f := &finisher{drv: drv, reqs: make(chan finishReq), claims: make(chan *claimReq), stop: make(chan struct{}), done: make(chan struct{})}
+func newFinisher(drv driver.Driver, cooldown time.Duration) *finisher {
+	f := &finisher{drv: drv, cooldown: cooldown, reqs: make(chan finishReq), claims: make(chan *claimReq), stop: make(chan struct{}), done: make(chan struct{})}
 	f.claimer, _ = drv.(driver.JobFinishClaimer)
 	go f.run()
 	return f
@@ -65,8 +80,8 @@ func newFinisher(drv driver.Driver) *finisher {
 
 // finish ends one claim: ErrFenced if it was no longer held. The write is
 // bounded by finishTimeout, as well as by ctx.
-func (f *finisher) finish(ctx context.Context, from *producer, p driver.FinishJobParams) error {
-	req := finishReq{ctx: ctx, p: p, from: from, reply: make(chan error, 1)}
+func (f *finisher) finish(ctx context.Context, ex *execution, p driver.FinishJobParams) error {
+	req := finishReq{ctx: ctx, p: p, from: ex.p, ex: ex, reply: make(chan error, 1)}
 	select {
 	case f.reqs <- req:
 		return <-req.reply
@@ -117,6 +132,7 @@ func (f *finisher) run() {
 		case <-f.stop:
 			return
 		case r := <-f.reqs:
+			r = r.received()
 			batch = append(batch, r)
 		case claim = <-claims:
 			claims = nil // one claim a batch
@@ -129,6 +145,7 @@ func (f *finisher) run() {
 		for len(batch) < maxFinishBatch {
 			select {
 			case r := <-f.reqs:
+				r = r.received()
 				batch = append(batch, r)
 				yielded = false
 			case claim = <-claims:
@@ -142,12 +159,80 @@ func (f *finisher) run() {
 				runtime.Gosched()
 			}
 		}
+		if claim == nil && f.claimer != nil && claimComing(batch) {
+			claim, batch = f.awaitClaim(batch)
+		}
 		if claim != nil {
+			batch = f.awaitEnds(batch, claim.from)
 			f.writeWithClaim(batch, claim)
 			continue
 		}
 		f.write(batch)
 	}
+}
+
+// awaitEnds gathers, for a claim of from, the ends of from's jobs whose
+// work has returned but which have not reached the finisher yet
+// (producer.unsent): they are on their way, and the claim takes their
+// slots if they ride with it. It waits at most the fetch cooldown.
+func (f *finisher) awaitEnds(batch []finishReq, from *producer) []finishReq {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for len(batch) < maxFinishBatch && from.unsentNow() > 0 {
+		if timer == nil {
+			timer = time.NewTimer(f.cooldown)
+		}
+		select {
+		case r := <-f.reqs:
+			r = r.received()
+			batch = append(batch, r)
+		case <-timer.C:
+			return batch
+		case <-f.stop:
+			return batch
+		}
+	}
+	return batch
+}
+
+// claimComing reports whether a producer whose job the batch ends is about
+// to claim (producer.claiming): it claims within FetchCooldown of its last
+// claim, sooner once enough slots are free, and the ends of its jobs are
+// best written with that claim, in one commit, than in one of their own
+// just before it.
+func claimComing(batch []finishReq) bool {
+	for _, r := range batch {
+		if r.from != nil && r.from.claiming.Load() {
+			return true
+		}
+	}
+	return false
+}
+
+// awaitClaim waits for a claim to ride with batch, gathering the ends that
+// come meanwhile, for at most the fetch cooldown (the claim it waits for
+// comes sooner) or until the batch is full or the finisher stops.
+func (f *finisher) awaitClaim(batch []finishReq) (*claimReq, []finishReq) {
+	timer := time.NewTimer(f.cooldown)
+	defer timer.Stop()
+	for len(batch) < maxFinishBatch {
+		select {
+		case c := <-f.claims:
+			return c, batch
+		case r := <-f.reqs:
+			r = r.received()
+			batch = append(batch, r)
+		case <-timer.C:
+			return nil, batch
+		case <-f.stop:
+			return nil, batch
+		}
+	}
+	return nil, batch
 }
 
 // writeWithClaim writes batch and claim in one transaction. Should that

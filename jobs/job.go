@@ -14,6 +14,7 @@ import (
 	"github.com/idemdev/idem/driver"
 	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/internal/crashpoint"
+	"github.com/idemdev/idem/internal/keepalive"
 )
 
 // Job is a claimed job with its decoded arguments, as a Worker sees it.
@@ -76,7 +77,8 @@ func (j *Job[T]) CompleteTx(ctx context.Context, tx idem.Tx) error {
 type execution struct {
 	c     *Client
 	p     *producer
-	rec   *idemtype.JobRow
+	rec   *idemtype.JobRow // &row
+	row   idemtype.JobRow
 	fence driver.JobFence
 	// claimSent is when the claim that granted the lease was sent (local
 	// monotonic clock).
@@ -96,6 +98,16 @@ type execution struct {
 	// finishing is set, under p.mu, once the work has returned and the
 	// claim's final write is on its way (see producer.finishing).
 	finishing bool
+	// delivered is set, under p.mu, once the finisher has received the
+	// claim's end, or the executor is done (see producer.unsent).
+	delivered bool
+
+	// ctx is the job's context, cancel cancels it (with a cause); hb
+	// heartbeats the lease (lease.go); vctx is the context the worker gets.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	hb     keepalive.Loop
+	vctx   execCtx
 }
 
 // runTime is how long the work ran, or has run so far.

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemdev/idem/driver"
@@ -27,6 +28,16 @@ type producer struct {
 	// within one commit, and a claim waits for them rather than take the
 	// slots freed so far (see waitForSlots).
 	finishing int
+	// unsent counts the finishing jobs whose end the finisher has not
+	// received yet (nor ever will: until their executor is done), so that
+	// a claim can wait for the ends on their way (finisher.awaitEnds).
+	unsent int
+
+	// claiming is set while the fetch loop is on its way to its next claim
+	// in the finisher's batch (waiting for slots, or claiming): not idle,
+	// not sleeping after an error. The finisher then holds the ends of
+	// this producer's jobs for that claim (see finisher.awaitClaim).
+	claiming atomic.Bool
 
 	wake  chan struct{} // new jobs may be due: a notice, or a local enqueue
 	freed chan struct{} // a running job finished
@@ -71,6 +82,26 @@ func (p *producer) slots() (free, finishing int) {
 	return p.max - p.running, p.finishing
 }
 
+// unsentNow counts the jobs whose work has returned and whose end the
+// finisher does not have yet.
+func (p *producer) unsentNow() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.unsent
+}
+
+// delivered records that the finisher has ex's end.
+func (p *producer) delivered(ex *execution) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !ex.delivered {
+		ex.delivered = true
+		if ex.finishing {
+			p.unsent--
+		}
+	}
+}
+
 // ending counts ex as finishing: its work returned.
 func (p *producer) ending(ex *execution) {
 	p.mu.Lock()
@@ -78,6 +109,9 @@ func (p *producer) ending(ex *execution) {
 	if !ex.finishing {
 		ex.finishing = true
 		p.finishing++
+		if !ex.delivered {
+			p.unsent++
+		}
 	}
 	signal(p.freed) // a claim that rides with the ends may take its slot
 }
@@ -99,7 +133,9 @@ func (p *producer) run(stop <-chan struct{}) {
 	// together.
 	together := p.c.finisher.claimer != nil
 	var last time.Time
+	defer p.claiming.Store(false)
 	for {
+		p.claiming.Store(together)
 		if !p.waitForSlots(stop, batch, last.Add(cfg.FetchCooldown), together) {
 			return
 		}
@@ -124,6 +160,7 @@ func (p *producer) run(stop <-chan struct{}) {
 			rows, err = p.claim(p.free())
 		}
 		if err != nil {
+			p.claiming.Store(false)
 			p.c.log.LogAttrs(context.Background(), slog.LevelError, "claim failed", slog.String("queue", p.queue), slog.String("error", err.Error()))
 			if !sleep(stop, cfg.PollInterval) {
 				return
@@ -138,6 +175,7 @@ func (p *producer) run(stop <-chan struct{}) {
 			idle = cfg.FetchCooldown
 			continue
 		}
+		p.claiming.Store(false)
 		timer := time.NewTimer(idle + rand.N(idle/8+1))
 		select {
 		case <-stop:
@@ -234,7 +272,8 @@ func (p *producer) start(r idemtype.JobRow, sent time.Time) {
 	p.mu.Lock()
 	p.running++
 	p.mu.Unlock()
-	ex := &execution{c: p.c, p: p, rec: &r, fence: driver.JobFence{ID: r.ID, Attempt: r.Attempt, LeaseID: r.LeaseID}, claimSent: sent, started: time.Now()}
+	ex := &execution{c: p.c, p: p, row: r, fence: driver.JobFence{ID: r.ID, Attempt: r.Attempt, LeaseID: r.LeaseID}, claimSent: sent, started: time.Now()}
+	ex.rec = &ex.row
 	m := p.c.cfg.Metrics
 	if rescued(ex.rec) {
 		m.JobTransition(p.queue, TransitionRunning, TransitionRescued)
@@ -274,7 +313,11 @@ func (p *producer) done(ex *execution) {
 	p.running--
 	if ex.finishing {
 		p.finishing--
+		if !ex.delivered {
+			p.unsent-- // ended without the finisher: CompleteTx, a cancel
+		}
 	}
+	ex.delivered = true
 	p.mu.Unlock()
 	signal(p.freed)
 }

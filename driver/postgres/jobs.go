@@ -69,6 +69,44 @@ func scanJobs(rows driver.Rows) ([]idemtype.JobRow, error) {
 	return driver.ScanAll(rows, func(r driver.Row) (idemtype.JobRow, error) { return scanJob(r) })
 }
 
+// claimColNames are the columns a claim returns: those of jobColNames
+// whose values the claim did not just set itself (scanClaimed fills those
+// in).
+var claimColNames = []string{"id", "kind", "args", "priority", "attempt", "max_attempts", "run_at", "unique_key", "errors", "result",
+	"created_at", "metadata", "partition_key"}
+
+// claimCols lists claimColNames, each prefixed with p.
+func claimCols(p string) string {
+	return p + strings.Join(claimColNames, ", "+p)
+}
+
+// scanClaimed reads the rows of claimCols, followed by the clock, that
+// claim p returned, filling in what the claim set: every job is p's,
+// running, leased until the clock plus p.Lease (in whole milliseconds, as
+// the statement adds it).
+func scanClaimed(rows driver.Rows, p driver.ClaimJobsParams) ([]idemtype.JobRow, error) {
+	lease := time.Duration(p.Lease.Milliseconds()) * time.Millisecond
+	return driver.ScanAll(rows, func(r driver.Row) (idemtype.JobRow, error) {
+		var (
+			j         idemtype.JobRow
+			errs      []byte
+			key, part sql.NullString
+		)
+		err := r.Scan(&j.ID, &j.Kind, &j.Args, &j.Priority, &j.Attempt, &j.MaxAttempts, &j.RunAt, &key, &errs, &j.Result,
+			&j.CreatedAt, &j.Metadata, &part, &j.Now)
+		if err != nil {
+			return j, err
+		}
+		j.Queue, j.State, j.LeaseID, j.ClaimedBy = p.Queue, idemtype.JobRunning, p.LeaseID, p.Worker
+		j.LeaseUntil, j.AttemptedAt, j.UpdatedAt = j.Now.Add(lease), j.Now, j.Now
+		j.UniqueKey, j.PartitionKey = key.String, part.String
+		if j.Errors, err = driver.DecodeJobErrors(errs); err != nil {
+			return j, err
+		}
+		return j, nil
+	})
+}
+
 // own is ex, or the pool for driver.Shared.
 func (d *Driver) own(ex driver.Executor) driver.Executor {
 	if ex == driver.Shared {
@@ -298,7 +336,7 @@ func (d *Driver) ClaimJobs(ctx context.Context, p driver.ClaimJobsParams) ([]ide
 	if err != nil {
 		return nil, fmt.Errorf("postgres: claim jobs: %w", err)
 	}
-	out, err := scanJobs(rows)
+	out, err := scanClaimed(rows, p)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: claim jobs: %w", err)
 	}
@@ -326,8 +364,8 @@ claimed AS (
 	UPDATE idem_jobs j SET state = 'running', attempt = j.attempt + 1, lease_id = $5,
 		lease_until = c.now + $6` + msInterval + `, worker = $7, attempted_at = c.now, updated_at = c.now
 	FROM c, due WHERE j.id = due.id
-	RETURNING j.*)
-SELECT ` + jobCols("claimed.") + `, c.now FROM claimed, c ORDER BY claimed.priority, claimed.run_at, claimed.id`
+	RETURNING ` + claimCols("j.") + `)
+SELECT ` + claimCols("claimed.") + `, c.now FROM claimed, c ORDER BY claimed.priority, claimed.run_at, claimed.id`
 
 func (d *Driver) claimArgs(p driver.ClaimJobsParams) []any {
 	return []any{d.clock(), p.Queue, p.RescueLimit, p.Limit, p.LeaseID, p.Lease.Milliseconds(), p.Worker}
@@ -414,7 +452,7 @@ func (d *Driver) FinishAndClaimJobs(ctx context.Context, ps []driver.FinishJobPa
 	b.Queue(claimJobsSQL, d.claimArgs(p)...)
 	br := d.pool.SendBatch(ctx, b)
 	fenced, ferr := batchRows(br, func(rows driver.Rows) ([]bool, error) { return scanFinished(rows, ps) })
-	claimed, cerr := batchRows(br, scanJobs)
+	claimed, cerr := batchRows(br, func(rows driver.Rows) ([]idemtype.JobRow, error) { return scanClaimed(rows, p) })
 	if err := errors.Join(ferr, cerr, br.Close()); err != nil {
 		return nil, nil, fmt.Errorf("postgres: finish and claim jobs: %w", unknownOutcome(err))
 	}

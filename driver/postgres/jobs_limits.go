@@ -80,13 +80,13 @@ claimed AS (
 	UPDATE idem_jobs j SET state = 'running', attempt = j.attempt + 1, lease_id = $4,
 		lease_until = c.now + $5`+msInterval+`, worker = $6, attempted_at = c.now, updated_at = c.now
 	FROM c, due WHERE j.id = due.id
-	RETURNING j.*)
-SELECT `+jobCols("claimed.")+`, c.now FROM claimed, c ORDER BY claimed.priority, claimed.run_at, claimed.id`,
+	RETURNING `+claimCols("j.")+`)
+SELECT `+claimCols("claimed.")+`, c.now FROM claimed, c ORDER BY claimed.priority, claimed.run_at, claimed.id`,
 			now, p.Queue, limit, p.LeaseID, p.Lease.Milliseconds(), p.Worker, conc, p.PerPartition, limitScan(limit))
 		if err != nil {
 			return nil, fmt.Errorf("postgres: claim jobs: %w", err)
 		}
-		if out, err = scanJobs(rows); err != nil {
+		if out, err = scanClaimed(rows, p); err != nil {
 			return nil, fmt.Errorf("postgres: claim jobs: %w", err)
 		}
 	}

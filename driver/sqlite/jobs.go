@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -45,6 +46,30 @@ func newJobScanner() *jobScanner {
 	s.dest = []any{&j.ID, &j.Queue, &j.Kind, &j.Args, &s.state, &j.Priority, &j.Attempt, &j.MaxAttempts, &j.LeaseID, &s.leaseUntil,
 		&j.ClaimedBy, &s.runAt, &s.key, &s.errs, &j.Result, &s.createdAt, &s.updatedAt, &s.attemptedAt, &s.finalizedAt, &s.meta, &s.part}
 	return s
+}
+
+// claimCols are the columns a claim returns: those of jobCols whose values
+// the claim did not just set itself (scanClaimed fills those in).
+const claimCols = `id, kind, args, priority, attempt, max_attempts, run_at, unique_key, errors, result, created_at, metadata, partition_key`
+
+// scanClaimed scans the rows of claimCols that a claim p returned with the
+// clock now, filling in what the claim set: every job is p's, running,
+// leased until now + p.Lease. Fewer columns than jobCols, fewer values for
+// SQLite to buffer for RETURNING and for the driver to convert.
+func scanClaimed(rows driver.Rows, now int64, p driver.ClaimJobsParams) ([]idemtype.JobRow, error) {
+	s := &jobScanner{}
+	j := &s.j
+	s.dest = []any{&j.ID, &j.Kind, &j.Args, &j.Priority, &j.Attempt, &j.MaxAttempts, &s.runAt, &s.key, &s.errs, &j.Result,
+		&s.createdAt, &s.meta, &s.part}
+	at, until := fromMS(now), fromMS(now+ms(p.Lease))
+	return driver.ScanAll(rows, func(r driver.Row) (idemtype.JobRow, error) {
+		s.state, s.updatedAt = string(idemtype.JobRunning), now
+		s.leaseUntil, s.attemptedAt, s.finalizedAt = sql.NullInt64{}, sql.NullInt64{}, sql.NullInt64{}
+		j, err := s.scan(r, now)
+		j.Queue, j.LeaseID, j.ClaimedBy = p.Queue, p.LeaseID, p.Worker
+		j.LeaseUntil, j.AttemptedAt = until, at
+		return j, err
+	})
 }
 
 // noJobErrors is the errors column of a job that never failed.
@@ -254,11 +279,11 @@ func (d *Driver) claimIn(ctx context.Context, tx *wtx, now int64, p driver.Claim
 	WHERE id IN (SELECT id FROM idem_jobs WHERE state = 'available' AND queue = ?5 AND run_at <= ?1
 		AND NOT EXISTS (SELECT 1 FROM idem_job_queues p WHERE p.queue = ?5 AND p.paused_at IS NOT NULL)
 		ORDER BY priority, run_at, id LIMIT ?6)
-	RETURNING `+jobCols, now, p.LeaseID, ms(p.Lease), p.Worker, p.Queue, p.Limit)
+	RETURNING `+claimCols, now, p.LeaseID, ms(p.Lease), p.Worker, p.Queue, p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: claim jobs: %w", err)
 	}
-	out, err := scanJobs(rows, now)
+	out, err := scanClaimed(rows, now, p)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: claim jobs: %w", err)
 	}
@@ -367,8 +392,89 @@ func (d *Driver) FinishJobs(ctx context.Context, ps []driver.FinishJobParams) ([
 	return fenced, nil
 }
 
-// finishIn is FinishJobs's work inside tx, with the clock now.
+// plainCompletion reports whether p completes a job without a result: the
+// most common end, which finishIn writes with completeJobs.
+func plainCompletion(p driver.FinishJobParams) bool {
+	return p.State == idemtype.JobCompleted && p.Result == nil && p.Error == "" && !p.Snooze
+}
+
+// completeJobs is finishJob for a JSON list of plain completions, each
+// [id, attempt, lease_id]: ?1 is the clock, ?2 the list.
+const completeJobs = `UPDATE idem_jobs SET state = 'completed', lease_until = NULL, updated_at = ?1, finalized_at = ?1, result = NULL
+	FROM (SELECT value ->> 0 AS jid, value ->> 1 AS jattempt, value ->> 2 AS jlease FROM json_each(?2)) AS v
+	WHERE id = v.jid AND attempt = v.jattempt AND lease_id = v.jlease AND state = 'running' AND lease_until > ?1`
+
+// notCompleted lists the positions in completeJobs' list ?2 whose job the
+// statement did not complete (clock ?1): fenced out. Only asked when it
+// completed fewer than all.
+const notCompleted = `SELECT key FROM json_each(?2) WHERE NOT EXISTS (SELECT 1 FROM idem_jobs
+	WHERE id = value ->> 0 AND attempt = value ->> 1 AND lease_id = value ->> 2 AND state = 'completed' AND finalized_at = ?1)`
+
+// completeIn writes the plain completions ps[at[k]] in one statement, and
+// marks those fenced out.
+func (d *Driver) completeIn(ctx context.Context, tx *wtx, now int64, ps []driver.FinishJobParams, at []int, fenced []bool) error {
+	list := make([]byte, 0, 48*len(at))
+	list = append(list, '[')
+	for k, i := range at {
+		if k > 0 {
+			list = append(list, ',')
+		}
+		list = append(list, '[')
+		list = strconv.AppendInt(list, ps[i].ID, 10)
+		list = append(list, ',')
+		list = strconv.AppendInt(list, int64(ps[i].Attempt), 10)
+		list = append(list, ',')
+		list = strconv.AppendInt(list, ps[i].LeaseID, 10)
+		list = append(list, ']')
+	}
+	list = append(list, ']')
+	js := string(list)
+	n, err := tx.Exec(ctx, completeJobs, now, js)
+	if err != nil {
+		return err
+	}
+	if int(n) == len(at) {
+		return nil // each entry matches one row at most: all completed
+	}
+	rows, err := tx.Query(ctx, notCompleted, now, js)
+	if err != nil {
+		return err
+	}
+	missed, err := driver.ScanAll(rows, func(r driver.Row) (int, error) {
+		var k int
+		return k, r.Scan(&k)
+	})
+	if err != nil {
+		return err
+	}
+	for _, k := range missed {
+		fenced[at[k]] = true
+	}
+	return nil
+}
+
+// finishIn is FinishJobs's work inside tx, with the clock now. Plain
+// completions (no result, the most common end) go in one statement; the
+// other ends without a result in another; an end with a result (a blob) in
+// a statement of its own.
 func (d *Driver) finishIn(ctx context.Context, tx *wtx, now int64, ps []driver.FinishJobParams) ([]bool, error) {
+	fenced := make([]bool, len(ps))
+	var plain []int
+	for i, p := range ps {
+		if plainCompletion(p) {
+			plain = append(plain, i)
+		}
+	}
+	if len(plain) > 1 {
+		if err := d.completeIn(ctx, tx, now, ps, plain, fenced); err != nil {
+			return nil, fmt.Errorf("sqlite: finish jobs: %w", err)
+		}
+	} else {
+		plain = nil
+	}
+	if len(plain) == len(ps) {
+		return fenced, nil
+	}
 	type end struct {
 		ID      int64  `json:"i"`
 		Attempt int    `json:"a"`
@@ -379,8 +485,8 @@ func (d *Driver) finishIn(ctx context.Context, tx *wtx, now int64, ps []driver.F
 		Snooze  int    `json:"z"`
 	}
 	var list []end
-	for _, p := range ps {
-		if p.Result == nil {
+	for i, p := range ps {
+		if p.Result == nil && !written(plain, i) {
 			e := end{ID: p.ID, Attempt: p.Attempt, LeaseID: p.LeaseID, State: string(p.State), Delay: ms(p.Delay), Error: p.Error}
 			if p.Snooze {
 				e.Snooze = 1
@@ -388,7 +494,6 @@ func (d *Driver) finishIn(ctx context.Context, tx *wtx, now int64, ps []driver.F
 			list = append(list, e)
 		}
 	}
-	fenced := make([]bool, len(ps))
 	one := len(list) <= 1 // a statement of its own is as cheap
 	if !one {
 		js, err := json.Marshal(list)
@@ -411,12 +516,15 @@ func (d *Driver) finishIn(ctx context.Context, tx *wtx, now int64, ps []driver.F
 			ended[f] = true
 		}
 		for i, p := range ps {
-			if p.Result == nil {
+			if p.Result == nil && !written(plain, i) {
 				fenced[i] = !ended[p.JobFence]
 			}
 		}
 	}
 	for i, p := range ps {
+		if written(plain, i) {
+			continue
+		}
 		if p.Result != nil || one {
 			n, err := tx.Exec(ctx, finishJob, finishArgs(now, p)...)
 			if err != nil {
@@ -426,6 +534,13 @@ func (d *Driver) finishIn(ctx context.Context, tx *wtx, now int64, ps []driver.F
 		}
 	}
 	return fenced, nil
+}
+
+// written reports whether position i is in plain (ascending), the
+// completions completeIn wrote.
+func written(plain []int, i int) bool {
+	_, found := slices.BinarySearch(plain, i)
+	return found
 }
 
 // finishJobs is finishJob for a JSON list of claims without results (see

@@ -61,11 +61,11 @@ ranked AS (
 UPDATE idem_jobs SET state = 'running', attempt = attempt + 1,
 	lease_id = ?2, lease_until = ?1 + ?3, worker = ?4, attempted_at = ?1, updated_at = ?1
 	WHERE id IN (SELECT id FROM ranked WHERE pos <= ?8 ORDER BY priority, run_at, id LIMIT ?6)
-	RETURNING `+jobCols, now, p.LeaseID, ms(p.Lease), p.Worker, p.Queue, limit, p.PerPartition, conc, max(limit*16, 1000))
+	RETURNING `+claimCols, now, p.LeaseID, ms(p.Lease), p.Worker, p.Queue, limit, p.PerPartition, conc, max(limit*16, 1000))
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: claim jobs: %w", err)
 	}
-	out, err := scanJobs(rows, now)
+	out, err := scanClaimed(rows, now, p)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: claim jobs: %w", err)
 	}
