@@ -110,7 +110,7 @@ func (g *guard) runLease(w http.ResponseWriter, r *http.Request, base context.Co
 		// client something the key does not say.
 		rec.discard()
 		WriteProblem(w, Problem{Type: ProblemLeaseLost, Title: "Took longer than the lease", Status: http.StatusServiceUnavailable,
-			Detail: "The answer came after the request's lease ended, so it was not recorded. Retry with the same key: you get what the key holds now.",
+			Detail:     "The answer came after the request's lease ended, so it was not recorded. Retry with the same key: you get what the key holds now.",
 			RetryAfter: 1})
 		return upstream
 	}
