@@ -1,7 +1,6 @@
 package admin_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net/http"
@@ -10,9 +9,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/idemdev/idem/internal/syncbuf"
 
 	"github.com/idemdev/idem"
 	"github.com/idemdev/idem/admin"
@@ -259,7 +259,7 @@ func TestQueueAgeAndPauseButtons(t *testing.T) {
 		if _, err := c.Enqueue(ctx, job, &jobs.EnqueueOpts{Queue: "later", RunAt: time.Now().Add(time.Hour)}); err != nil {
 			t.Fatal(err)
 		}
-		var logs syncBuffer
+		var logs syncbuf.Buffer
 		o := admin.Options{JobQueues: admin.LedgerJobQueues(g.l), PauseQueue: admin.LedgerPauseQueue(g.l), Logger: slog.New(slog.NewTextHandler(&logs, nil))}
 		ro, view := adminPage(t, g.l, o)
 		q := section(t, view("/"), "queues")
@@ -356,21 +356,4 @@ func TestMetaRefresh(t *testing.T) {
 	if !strings.Contains(body, `id="confirm"`) || meta.MatchString(body) {
 		t.Error("the confirm page is missing or refreshes")
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

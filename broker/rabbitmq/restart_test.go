@@ -1,15 +1,15 @@
 package rabbitmq_test
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/idemdev/idem/internal/syncbuf"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -20,27 +20,9 @@ import (
 	"github.com/idemdev/idem/outbox"
 )
 
-// syncBuffer is a log sink the consumer's goroutines and the test share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// reconnects is how many sessions the consumer logged as ended.
-func (s *syncBuffer) reconnects() int {
-	return strings.Count(s.String(), "rabbitmq consumer disconnected")
+// reconnects is how many sessions the consumer logged as ended in logs.
+func reconnects(logs *syncbuf.Buffer) int {
+	return strings.Count(logs.String(), "rabbitmq consumer disconnected")
 }
 
 // restartEnv is a consumer of a queue of n messages on a broker of its
@@ -49,7 +31,7 @@ type restartEnv struct {
 	srv      *brokertest.Server
 	dial     rabbitmq.Dialer
 	c        *rabbitmq.Consumer
-	logs     syncBuffer
+	logs     syncbuf.Buffer
 	distinct func() (rows, distinct int)
 }
 
@@ -151,7 +133,7 @@ func TestBrokerKilledMidSession(t *testing.T) {
 		t.Fatalf("%d effects of %d messages after the broker restart, want %d each; stats %+v; broker running: %v; queue: %s\nconsumer log:\n%s\nbroker log, errors:\n%s\nbroker log:\n%s",
 			rows, distinct, n, e.c.Stats(), e.srv.Running(), e.queueState("restart"), tail(e.logs.String(), 20), e.srv.LogErrors(60), e.srv.LogTail(60))
 	}
-	if e.logs.reconnects() == 0 {
+	if reconnects(&e.logs) == 0 {
 		t.Fatalf("the consumer never reconnected; log:\n%s", e.logs.String())
 	}
 }
@@ -187,7 +169,7 @@ func tail(s string, n int) string {
 func TestConsumerWaitsForItsQueue(t *testing.T) {
 	e := setup(t, "sqlite")
 	queue := e.queue + ".later"
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	c, err := rabbitmq.NewConsumer(e.in, e.dial, e.effect, &rabbitmq.Config{Queue: queue,
 		RetryDelay: 20 * time.Millisecond, MaxRetryDelay: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
@@ -195,7 +177,7 @@ func TestConsumerWaitsForItsQueue(t *testing.T) {
 	}
 	declared := false
 	runUntil(t, func() bool {
-		if !declared && logs.reconnects() >= 3 {
+		if !declared && reconnects(&logs) >= 3 {
 			declared = true
 			if !strings.Contains(logs.String(), "NOT_FOUND") {
 				t.Errorf("the consume of a missing queue failed otherwise: %s", logs.String())
@@ -226,7 +208,7 @@ func TestConsumerCancelledRedeclares(t *testing.T) {
 		_, err := ch.QueueDeclare(queue, false, false, false, false, nil)
 		return err
 	}
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	c, err := rabbitmq.NewConsumer(e.in, e.dial, e.effect, &rabbitmq.Config{Queue: queue, Declare: declare,
 		RetryDelay: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
@@ -269,7 +251,7 @@ func TestConsumerCancelledRedeclares(t *testing.T) {
 				return true
 			}
 			step++
-		case step == 2 && logs.reconnects() > 0 && consumers() == 1:
+		case step == 2 && reconnects(&logs) > 0 && consumers() == 1:
 			publish("after")
 			step++
 		}

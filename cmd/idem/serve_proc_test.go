@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -17,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemdev/idem/internal/syncbuf"
+
 	"github.com/idemdev/idem/internal/pgtest"
 )
 
@@ -26,26 +27,9 @@ type gatewayProc struct {
 	cmd   *exec.Cmd
 	url   string // http://127.0.0.1:port
 	admin string // http://127.0.0.1:port, when --admin was given
-	out   *syncBuffer
+	out   *syncbuf.Buffer
 	done  chan struct{}
 	err   error // from Wait, once done is closed
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 var (
@@ -65,7 +49,7 @@ func testDB(t *testing.T, driver string) string {
 // environment variables and waits until it listens.
 func startGateway(t *testing.T, env []string, args ...string) *gatewayProc {
 	t.Helper()
-	p := &gatewayProc{t: t, out: &syncBuffer{}, done: make(chan struct{})}
+	p := &gatewayProc{t: t, out: &syncbuf.Buffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(idemBin, append([]string{"serve", "--listen", "127.0.0.1:0", "--log-level", "warn"}, args...)...)
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout = p.out

@@ -2,7 +2,6 @@ package drivertest
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -17,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/idemdev/idem/internal/syncbuf"
 
 	"github.com/idemdev/idem"
 	"github.com/idemdev/idem/internal/crashpoint"
@@ -60,26 +61,9 @@ type child struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	events chan event
-	stderr *lockedBuffer
+	stderr *syncbuf.Buffer
 	done   chan struct{}
 	err    error // cmd.Wait's answer, set before done closes
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // startChild runs the test binary as a child in role. env adds variables
@@ -97,7 +81,7 @@ func startChild(t testing.TB, role string, args childArgs, env ...string) *child
 	cmd := exec.Command(exe, "-test.run=^$")
 	cmd.Env = append(os.Environ(), childRoleEnv+"="+role, childArgsEnv+"="+string(a), crashpoint.EnvVar+"=")
 	cmd.Env = append(cmd.Env, env...)
-	c := &child{cmd: cmd, events: make(chan event, 1<<14), stderr: &lockedBuffer{}, done: make(chan struct{})}
+	c := &child{cmd: cmd, events: make(chan event, 1<<14), stderr: &syncbuf.Buffer{}, done: make(chan struct{})}
 	cmd.Stderr = c.stderr
 	if c.stdin, err = cmd.StdinPipe(); err != nil {
 		t.Fatal(err)

@@ -26,6 +26,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemdev/idem/internal/syncbuf"
+
 	"github.com/idemdev/idem/driver"
 	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/internal/crashpoint"
@@ -356,7 +358,7 @@ func Crash(t *testing.T, url, testName string, reopen func(t *testing.T) driver.
 	}
 	cmd := exec.Command(exe, "-test.run=^"+testName+"$", "-test.count=1")
 	cmd.Env = append(os.Environ(), ChildEnv+"="+url, crashpoint.EnvVar+"="+crashpoint.MidBatch+":"+strconv.Itoa(hit))
-	var stderr lockedBuffer
+	var stderr syncbuf.Buffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -439,22 +441,4 @@ func Crash(t *testing.T, url, testName string, reopen func(t *testing.T) driver.
 	if _, created, err := d.Claim(ctx, driver.Shared, claimParams("crash", "after", 1)); err != nil || !created {
 		t.Fatalf("claim after the crash: created=%v err=%v", created, err)
 	}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  []byte
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.b = append(b.b, p...)
-	return len(p), nil
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return string(b.b)
 }
