@@ -424,20 +424,7 @@ func rabbitmqVariant() brokerVariant {
 			return q.Messages, err // ready; unacked ones come back if their consumer dies
 		},
 		describe: func(ctx context.Context, url, dest string) string {
-			conn, err := amqp.Dial(url)
-			if err != nil {
-				return err.Error()
-			}
-			defer conn.Close()
-			ch, err := conn.Channel()
-			if err != nil {
-				return err.Error()
-			}
-			q, err := ch.QueueDeclarePassive(dest, true, false, false, false, nil)
-			if err != nil {
-				return err.Error()
-			}
-			return fmt.Sprintf("%d ready, %d consumers", q.Messages, q.Consumers)
+			return brokertest.RabbitQueueState(url, dest)
 		},
 		consume: func(ctx context.Context, url, dest string, in *inbox.Inbox, source string,
 			effect func(context.Context, *sql.Tx, string, []byte) error, settled func(string, []byte, error), log *slog.Logger) error {

@@ -140,20 +140,7 @@ func TestBrokerKilledMidSession(t *testing.T) {
 
 // queueState says how many messages and consumers queue has, or why not.
 func (e *restartEnv) queueState(queue string) string {
-	conn, err := e.dial()
-	if err != nil {
-		return err.Error()
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		return err.Error()
-	}
-	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
-	if err != nil {
-		return err.Error()
-	}
-	return fmt.Sprintf("%d ready, %d consumers", q.Messages, q.Consumers)
+	return brokertest.RabbitQueueState(e.srv.URL(), queue)
 }
 
 // tail is the last n lines of s.

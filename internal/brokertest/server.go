@@ -340,3 +340,23 @@ func freePort() (int, error) {
 func childAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }
+
+// RabbitQueueState says how many ready messages and consumers the
+// RabbitMQ queue at url has, or why it cannot tell (the queue is gone:
+// NOT_FOUND; the broker does not answer), for a test's failure message.
+func RabbitQueueState(url, queue string) string {
+	conn, err := amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
+	if err != nil {
+		return err.Error()
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return err.Error()
+	}
+	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("%d ready, %d consumers", q.Messages, q.Consumers)
+}
