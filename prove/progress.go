@@ -75,5 +75,13 @@ func (p *progress) skipped(i int, name, why string) {
 	if p.w == nil {
 		return
 	}
+	p.mu.Lock()
+	if p.stop != nil { // a trial that began and ended inconclusive
+		close(p.stop)
+		<-p.done
+		p.stop = nil
+		fmt.Fprint(p.w, "\r\033[K")
+	}
+	p.mu.Unlock()
 	fmt.Fprintf(p.w, "%s skipped: %s\n", p.prefix(i, name), why)
 }

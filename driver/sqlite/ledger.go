@@ -52,31 +52,20 @@ func scanRecord(s scanner, now int64) (idemtype.Record, error) {
 	return r, nil
 }
 
-// Claim inserts a new record or returns the existing one. Outside a
-// caller's transaction it first reads the key from the read pool: a key
-// that exists (a replay, a claim in flight) is answered from that read
-// alone, without taking the writer, so replays neither queue behind
-// writers nor read the key's pages a second time on the writer's
-// connection. The read sees every committed write, so the answer is the
-// record as of a moment during the call, as the insert's answer would be.
-// A key not found is inserted: one statement on the writer
-// (group-committed with other callers' writes unless q is set) that
-// returns no columns, since a new record holds exactly what was inserted.
-// If the insert finds the key after all (inserted since the read), the
-// record is read again, after the insert's commit, so that it sees a row
-// that a write of the same batch inserted.
+// Claim inserts a new record or returns the existing one. The insert is one
+// statement on the writer (group-committed with other callers' writes
+// unless q is set); it returns no columns, since a new record holds exactly
+// what was inserted. The read of an existing row uses the read pool, so
+// replays do not queue behind writers. The read comes after the insert's
+// commit, so it sees a row that a write of the same batch inserted. (A
+// read before the insert would answer a replay without the writer, but
+// costs every new key a read: in the same runs at 1 caller, ledger
+// claim+complete went from 0.97–1.00 to 0.85–0.97 of hand-written SQL and
+// the gateway from 0.95–0.97 to 0.82–0.86 of a hand-written safe proxy.)
 func (d *Driver) Claim(ctx context.Context, q driver.Executor, p driver.ClaimParams) (idemtype.Record, bool, error) {
 	r := driver.Executor(d.r)
 	if q != driver.Shared {
 		r = q
-	} else {
-		rec, err := d.get(ctx, r, p.Scope, p.Key)
-		if err == nil {
-			return rec, false, nil
-		}
-		if !errors.Is(err, driver.ErrNotFound) {
-			return rec, false, err
-		}
 	}
 	now := d.nowMS()
 	var created bool
