@@ -388,22 +388,16 @@ func rabbitmqVariant() brokerVariant {
 	return brokerVariant{
 		name: "rabbitmq", kind: brokertest.RabbitMQ,
 		prepare: func(ctx context.Context, url, dest string) error {
-			conn, err := amqp.Dial(url)
-			if err != nil {
-				return err
-			}
-			defer conn.Close()
-			ch, err := conn.Channel()
-			if err != nil {
-				return err
-			}
 			// A classic durable queue. RabbitMQ 3.10 under load now and
 			// then brings it back from a SIGKILL without the queue (the
 			// trial then ends inconclusive); a quorum queue was tried and
 			// now and then came back with no leader, consuming nothing.
-			_, err = ch.QueueDeclare(dest, true, false, false, false, nil)
-			return err
+			return brokertest.RabbitChannel(url, func(ch *amqp.Channel) error {
+				_, err := ch.QueueDeclare(dest, true, false, false, false, nil)
+				return err
+			})
 		},
+
 		publisher: func(ctx context.Context, url, dest string) (outbox.Publisher, func(), error) {
 			p, err := rabbitmq.NewPublisher(dialer(url), &rabbitmq.PublisherConfig{RoutingKey: dest})
 			if err != nil {
@@ -411,19 +405,15 @@ func rabbitmqVariant() brokerVariant {
 			}
 			return p, func() { p.Close() }, nil
 		},
-		pending: func(ctx context.Context, url, dest string) (int, error) {
-			conn, err := amqp.Dial(url)
-			if err != nil {
-				return 0, err
-			}
-			defer conn.Close()
-			ch, err := conn.Channel()
-			if err != nil {
-				return 0, err
-			}
-			q, err := ch.QueueDeclarePassive(dest, true, false, false, false, nil)
-			return q.Messages, err // ready; unacked ones come back if their consumer dies
+		pending: func(ctx context.Context, url, dest string) (n int, err error) {
+			err = brokertest.RabbitChannel(url, func(ch *amqp.Channel) error {
+				q, err := ch.QueueDeclarePassive(dest, true, false, false, false, nil)
+				n = q.Messages // ready; unacked ones come back if their consumer dies
+				return err
+			})
+			return n, err
 		},
+
 		describe: func(ctx context.Context, url, dest string) string {
 			return brokertest.RabbitQueueState(url, dest)
 		},

@@ -382,16 +382,23 @@ func (w *writer) yieldToOthers(ctx context.Context, took time.Duration, duty flo
 	}
 	floor := min(duty, pruneMinDuty)
 	deadline := start.Add(min(time.Duration(float64(took)*(1-floor)/floor), maxPruneStepPause))
-	t := time.NewTimer(0)
-	defer t.Stop()
-	<-t.C
+	var t *time.Timer
+	defer func() {
+		if t != nil {
+			t.Stop()
+		}
+	}()
 	for {
 		idle := w.idleFor()
 		left := time.Until(deadline)
 		if idle >= pruneQuiet || left <= 0 {
 			return nil
 		}
-		t.Reset(min(pruneQuiet-idle, left))
+		if wait := min(pruneQuiet-idle, left); t == nil {
+			t = time.NewTimer(wait)
+		} else {
+			t.Reset(wait)
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()

@@ -26,7 +26,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/idemdev/idem/driver"
@@ -60,22 +59,6 @@ type Options struct {
 	// for idem (as a URL-based open does). By default the application
 	// keeps its pool.
 	CloseDB bool
-	// MmapSize, when positive, is how many bytes of the file each
-	// connection idem reads a record through maps into memory (PRAGMA
-	// mmap_size): the writer, and each connection of the pool the first
-	// time a record is read through it. A mapped page is read from the
-	// operating system's file cache in place, with no system call and no
-	// copy into the connection's own page cache (2 MB by default, far less
-	// than a large ledger's index). The mapping costs address space, not
-	// memory: its pages are the file cache's, shared by every connection,
-	// and given back by the kernel under pressure (they count in the
-	// process's resident size while mapped). SQLite caps it at 2 GiB less
-	// 64 KiB in both libraries' builds; pages past it are read as without.
-	// An I/O error on a mapped page is a signal that ends the process, not
-	// an error: do not map a file on a network file system. Off (0) by
-	// default: at 1M keys it did not measurably speed replays up
-	// (docs/performance.md).
-	MmapSize int64
 }
 
 // Driver is a SQLite database, made from the application's pool.
@@ -85,7 +68,6 @@ type Driver struct {
 	w       *writer         // one connection of it: every write
 	sync    Synchronous
 	closeDB bool
-	mmap    int64 // Options.MmapSize: 0 leaves connections alone
 	now     func() time.Time
 	migs    []driver.Migration
 	gc      *groupcommit.Writer
@@ -106,58 +88,7 @@ func New(db *sql.DB, opts *Options) *Driver {
 	if o.Synchronous == "" {
 		o.Synchronous = SyncFull
 	}
-	d := &Driver{db: db, r: driver.SQL(db), sync: o.Synchronous, closeDB: o.CloseDB, migs: Migrations(), mmap: max(0, o.MmapSize)}
-	if d.mmap > 0 {
-		d.r = &mappedPool{Executor: d.r, db: db, pragma: fmt.Sprintf(`PRAGMA mmap_size = %d`, d.mmap)}
-	}
-	return d
-}
-
-// mappedPool reads through the application's pool, each connection set
-// to map the file (PRAGMA mmap_size) the first time a row is read through
-// it. Exec and Query go to the pool as they are.
-type mappedPool struct {
-	driver.Executor
-	db     *sql.DB
-	pragma string
-	mu     sync.Mutex
-	mapped map[any]bool // the pool's connections (their driver.Conn) set up so far
-}
-
-// maxMapped bounds the connections mappedPool remembers: past it, it
-// forgets them all (a pool whose connections come and go), and sets each
-// again on its next read.
-const maxMapped = 256
-
-// QueryRow runs the statement on a connection of the pool, set to map the
-// file first if it is not yet.
-func (p *mappedPool) QueryRow(ctx context.Context, query string, args ...any) driver.Row {
-	return lazyRow(func(dest ...any) error {
-		conn, err := p.db.Conn(ctx)
-		if err != nil {
-			return err
-		}
-		defer conn.Close()
-		var dc any
-		if err := conn.Raw(func(c any) error { dc = c; return nil }); err != nil {
-			return err
-		}
-		p.mu.Lock()
-		done := p.mapped[dc]
-		p.mu.Unlock()
-		if !done {
-			if _, err := conn.ExecContext(ctx, p.pragma); err != nil {
-				return fmt.Errorf("mmap_size: %w", err)
-			}
-			p.mu.Lock()
-			if p.mapped == nil || len(p.mapped) >= maxMapped {
-				p.mapped = map[any]bool{}
-			}
-			p.mapped[dc] = true
-			p.mu.Unlock()
-		}
-		return conn.QueryRowContext(ctx, query, args...).Scan(dest...)
-	})
+	return &Driver{db: db, r: driver.SQL(db), sync: o.Synchronous, closeDB: o.CloseDB, migs: Migrations()}
 }
 
 // Setup takes the writer connection, sets the pragmas idem depends on and
@@ -241,11 +172,6 @@ func (d *Driver) pragmas(ctx context.Context, conn *sql.Conn) error {
 		}
 		if got != p.want {
 			return fmt.Errorf("sqlite: %s is %s after %q, want %s", p.get, got, p.set, p.want)
-		}
-	}
-	if d.mmap > 0 {
-		if _, err := conn.ExecContext(ctx, fmt.Sprintf(`PRAGMA mmap_size = %d`, d.mmap)); err != nil {
-			return fmt.Errorf("sqlite: mmap_size: %w", err)
 		}
 	}
 	var vacuum int

@@ -185,7 +185,13 @@ func (s *Server) ready() error {
 	// RabbitMQ opens its AMQP listener at the end of its boot, after the
 	// durable queues are recovered; a connection and a channel say it
 	// serves clients.
-	conn, err := amqp.DialConfig(s.URL(), amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
+	return RabbitChannel(s.URL(), func(*amqp.Channel) error { return nil })
+}
+
+// RabbitChannel opens a connection and a channel to the RabbitMQ broker at
+// url, runs f on the channel, and closes both.
+func RabbitChannel(url string, f func(*amqp.Channel) error) error {
+	conn, err := amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
 	if err != nil {
 		return err
 	}
@@ -194,7 +200,8 @@ func (s *Server) ready() error {
 	if err != nil {
 		return err
 	}
-	return ch.Close()
+	defer ch.Close()
+	return f(ch)
 }
 
 // Running reports whether the server's process is running (false after
@@ -345,16 +352,11 @@ func childAttr() *syscall.SysProcAttr {
 // RabbitMQ queue at url has, or why it cannot tell (the queue is gone:
 // NOT_FOUND; the broker does not answer), for a test's failure message.
 func RabbitQueueState(url, queue string) string {
-	conn, err := amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
-	if err != nil {
-		return err.Error()
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		return err.Error()
-	}
-	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	var q amqp.Queue
+	err := RabbitChannel(url, func(ch *amqp.Channel) (err error) {
+		q, err = ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+		return err
+	})
 	if err != nil {
 		return err.Error()
 	}

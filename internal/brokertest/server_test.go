@@ -15,14 +15,7 @@ import (
 // and Start only once the broker serves clients (it returned while the
 // dying VM still accepted on the port, before the new one had booted).
 func TestRabbitMQRestartIsReady(t *testing.T) {
-	Skip(t, RabbitMQ)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	s, err := Start(ctx, RabbitMQ, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	ctx, s := startRabbit(t)
 	for range 3 {
 		s.Kill()
 		if s.Running() {
@@ -47,6 +40,21 @@ func TestRabbitMQRestartIsReady(t *testing.T) {
 	}
 }
 
+// startRabbit starts a RabbitMQ of the test's own (or skips, as Skip
+// does), closed at the end of the test; ctx bounds the test's waits.
+func startRabbit(t *testing.T) (context.Context, *Server) {
+	t.Helper()
+	Skip(t, RabbitMQ)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	s, err := Start(ctx, RabbitMQ, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return ctx, s
+}
+
 func TestProcField(t *testing.T) {
 	stat := []byte("123 (a) b (c)) S 1 456 456 0 -1")
 	if got := procField(stat, 0); got != "S" {
@@ -63,14 +71,7 @@ func TestProcField(t *testing.T) {
 // than take the old listener's accept for readiness (which left the
 // broker down for good, and its consumers waiting, with Start's nil).
 func TestRabbitMQStartSeesAFailedBoot(t *testing.T) {
-	Skip(t, RabbitMQ)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	s, err := Start(ctx, RabbitMQ, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	ctx, s := startRabbit(t)
 	s.Kill()
 	amqpPort, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)))
 	if err != nil {
