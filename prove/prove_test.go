@@ -231,8 +231,11 @@ func checkHolds(t *testing.T, r Result) {
 	if strings.HasPrefix(r.Name, "multi-step/") && r.Unknown == 0 {
 		t.Errorf("%s: no run was killed mid-way", r.Name)
 	}
-	if r.Name == "pause-past-lease" && r.Fenced != r.Ops {
-		t.Errorf("pause-past-lease: %d fenced writes, want %d", r.Fenced, r.Ops)
+	// Every paused holder's write is fenced; a finisher whose heartbeats a
+	// loaded machine kept out for a lease may add fenced attempts of its
+	// own (it retries), so more than Ops is fine.
+	if r.Name == "pause-past-lease" && r.Fenced < r.Ops {
+		t.Errorf("pause-past-lease: %d fenced writes, want at least %d", r.Fenced, r.Ops)
 	}
 	if r.Name == "replay-batch" && r.Expired < r.Ops {
 		t.Errorf("replay-batch: %d expired replays, want at least %d", r.Expired, r.Ops)
