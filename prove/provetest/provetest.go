@@ -53,8 +53,11 @@ func Broker(t *testing.T, scenario string) {
 		}
 		return r
 	}
+	// The three runs are independent (each its own broker, ports and
+	// database) and mostly wait for boots and restarts: side by side.
 	for _, driver := range []string{"sqlite", "postgres"} {
 		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
 			db := "sqlite:" + filepath.Join(t.TempDir(), "idem.db")
 			if driver == "postgres" {
 				db = pgtest.NewDB(t)
@@ -67,6 +70,7 @@ func Broker(t *testing.T, scenario string) {
 		})
 	}
 	t.Run("noguard", func(t *testing.T) {
+		t.Parallel()
 		r := run(t, "sqlite:"+filepath.Join(t.TempDir(), "idem.db"), true)
 		if r.OK || r.Duplicates == 0 {
 			t.Fatalf("%s without the inbox: ok=%v with %d duplicates, want FAIL with duplicates", scenario, r.OK, r.Duplicates)
