@@ -56,6 +56,8 @@ func TestBenchBadFlags(t *testing.T) {
 		{"bench", "--rows", "ledger,nope"},
 		{"bench", "--duration", "1ms"},
 		{"bench", "--keys", "5"},
+		{"bench", "--runs", "0"},
+		{"bench", "--runs", "101"},
 		{"bench", "extra"},
 	} {
 		r := opRun(t, "", args...)
