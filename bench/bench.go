@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -94,9 +95,18 @@ type Options struct {
 	// the next fill: time for autovacuum to mark the freed space reusable.
 	// Default 0: the next fill starts at once.
 	CyclePause time.Duration
+	// Runs is how many times each row is measured, one run after the
+	// other on the same databases (the scale rows: on the same fill); the
+	// row then carries the run whose ratio is the median (see Result.Runs).
+	// The cycles rows are measured once whatever Runs is. Default 1; at
+	// most MaxRuns.
+	Runs int
 	// Progress, when set, receives one line per measurement as it starts.
 	Progress io.Writer
 }
+
+// MaxRuns bounds Options.Runs.
+const MaxRuns = 100
 
 // Result is one row: an idem path next to its baseline.
 type Result struct {
@@ -139,6 +149,72 @@ type Result struct {
 	// SQLite file's pages, without the WAL; PostgreSQL's pg_database_size).
 	DiskBytesBefore int64 `json:"disk_bytes_before,omitempty"`
 	DiskBytesAfter  int64 `json:"disk_bytes_after,omitempty"`
+	// Runs, with Options.Runs above 1, is how many times the row was
+	// measured; every other number of the row (ops/s, latencies, CPU,
+	// note) is the median run's: the run whose ratio is the median (with
+	// an even Runs, the lower of the two middle ones). RatioMin and
+	// RatioMax are the lowest and highest ratio of the runs. A run whose
+	// baseline measured nothing has no ratio: it is left out of the median
+	// and the range, and the note says so. All three are absent from the
+	// JSON of a single run.
+	Runs     int      `json:"runs,omitempty"`
+	RatioMin *float64 `json:"ratio_min,omitempty"`
+	RatioMax *float64 `json:"ratio_max,omitempty"`
+}
+
+// median returns the run of one row's runs whose ratio is the median,
+// with Runs, RatioMin and RatioMax set when there is more than one run
+// (see Result.Runs). Runs without a ratio (the baseline measured nothing,
+// or a ratio that is not a finite number) are not ranked; when no run has
+// a ratio, the first run is returned with ratio 0 and no range.
+func median(runs []Result) Result {
+	if len(runs) == 1 {
+		return runs[0]
+	}
+	var ranked []Result
+	for _, r := range runs {
+		if r.BaselineOpsPerS > 0 && !math.IsNaN(r.Ratio) && !math.IsInf(r.Ratio, 0) {
+			ranked = append(ranked, r)
+		}
+	}
+	if len(ranked) == 0 {
+		out := runs[0]
+		out.Runs, out.Ratio = len(runs), 0
+		out.Note = joinNote(out.Note, fmt.Sprintf("no run of %d had a ratio: the baseline measured nothing", len(runs)))
+		return out
+	}
+	slices.SortStableFunc(ranked, func(a, b Result) int { return cmp.Compare(a.Ratio, b.Ratio) })
+	out := ranked[(len(ranked)-1)/2]
+	out.Runs = len(runs)
+	out.RatioMin, out.RatioMax = &ranked[0].Ratio, &ranked[len(ranked)-1].Ratio
+	if left := len(runs) - len(ranked); left > 0 {
+		out.Note = joinNote(out.Note, fmt.Sprintf("the median and range of the %d of %d runs whose baseline measured something", len(ranked), len(runs)))
+	}
+	return out
+}
+
+// medians is median for measurements that make several rows at once:
+// runs[k] are run k's rows, in the same order every run.
+func medians(runs [][]Result) []Result {
+	if len(runs) == 0 {
+		return nil
+	}
+	out := make([]Result, len(runs[0]))
+	for i := range out {
+		row := make([]Result, len(runs))
+		for k := range runs {
+			row[k] = runs[k][i]
+		}
+		out[i] = median(row)
+	}
+	return out
+}
+
+func joinNote(note, more string) string {
+	if note == "" {
+		return more
+	}
+	return note + "; " + more
 }
 
 func newResult(group, name, baseline string, drv *database, c int, d time.Duration, idem, base Stat, latency bool) Result {
@@ -181,6 +257,10 @@ func Run(ctx context.Context, opts *Options) ([]Result, error) {
 		o.Groups = DefaultGroups
 	}
 	o.Keys = cmp.Or(o.Keys, DefaultKeys)
+	o.Runs = cmp.Or(o.Runs, 1)
+	if o.Runs < 1 || o.Runs > MaxRuns {
+		return nil, fmt.Errorf("bench: runs %d is outside [1, %d]", o.Runs, MaxRuns)
+	}
 	if o.Keys < MinKeys || o.Keys > MaxKeys {
 		return nil, fmt.Errorf("bench: keys %d is outside [%d, %d]", o.Keys, MinKeys, MaxKeys)
 	}
@@ -220,8 +300,9 @@ func Run(ctx context.Context, opts *Options) ([]Result, error) {
 type runner struct {
 	o           Options
 	db          *database
-	ledgerCache map[int]ledgerStat       // by concurrency: the ledger and group-commit rows share it
+	ledgerCache map[int][]ledgerStat     // by concurrency, one per run: the ledger and group-commit rows share it
 	hand        map[*idem.Ledger]*sql.DB // the baselines' own SQLite pools (handDB)
+	runTag      string                   // said after each progress line while repeat runs: " (run 2 of 3)"
 }
 
 func (r *runner) group(ctx context.Context, g string) ([]Result, error) {
@@ -247,8 +328,24 @@ func (r *runner) group(ctx context.Context, g string) ([]Result, error) {
 
 func (r *runner) progress(format string, a ...any) {
 	if r.o.Progress != nil {
-		fmt.Fprintf(r.o.Progress, format+"\n", a...)
+		fmt.Fprintf(r.o.Progress, format+"%s\n", append(a, r.runTag)...)
 	}
+}
+
+// repeat calls measure Options.Runs times, one after the other, with k
+// counting the runs from 0; while it runs, progress lines say which run
+// they belong to. It stops at the first error.
+func (r *runner) repeat(measure func(k int) error) error {
+	defer func() { r.runTag = "" }()
+	for k := range r.o.Runs {
+		if r.o.Runs > 1 {
+			r.runTag = fmt.Sprintf(" (run %d of %d)", k+1, r.o.Runs)
+		}
+		if err := measure(k); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // quiet discards the logs of the components under load.

@@ -19,7 +19,8 @@ const pruneCycles = 3
 // records' windows: whether the space the prunes free is used again, or
 // the ledger grows with every cycle. One row per cycle, its prune rate
 // against the first cycle's, the ledger's size after the fill and after
-// the prune.
+// the prune. Options.Runs does not apply: the cycles are already repeats
+// of one another, and each consumes its fill; they run once.
 func (r *runner) cycleRows(ctx context.Context) ([]Result, error) {
 	if r.db.shared {
 		return nil, errors.New("the cycles rows fill a database with millions of rows: give them one of their own (--db sqlite or --db postgres)")

@@ -70,25 +70,33 @@ func (r *runner) gatewayRow(ctx context.Context, upstream *url.URL, c int) ([]Re
 	}
 	defer stopSafe()
 
-	r.progress("gateway keyed POST, %d connections: idem gateway, bare httputil.ReverseProxy, hand-written safe proxy", c)
-	var rss float64
-	st, err := compare(ctx, c, r.o.Duration,
-		side{name: "idem", op: idemOp, before: resetPeakRSS, after: func() { rss = max(rss, peakRSS()) }},
-		side{name: "baseline", op: bare},
-		side{name: "safe-proxy", op: safe})
+	var runs [][]Result
+	err = r.repeat(func(int) error {
+		r.progress("gateway keyed POST, %d connections: idem gateway, bare httputil.ReverseProxy, hand-written safe proxy", c)
+		var rss float64
+		st, err := compare(ctx, c, r.o.Duration,
+			side{name: "idem", op: idemOp, before: resetPeakRSS, after: func() { rss = max(rss, peakRSS()) }},
+			side{name: "baseline", op: bare},
+			side{name: "safe-proxy", op: safe})
+		if err != nil {
+			return fmt.Errorf("keyed POSTs, %d connections: %w", c, err)
+		}
+		res := newResult(GroupGateway, "gateway keyed POST", "bare httputil.ReverseProxy, same upstream",
+			r.db, c, r.o.Duration, st[0], st[1], true)
+		if rss > 0 {
+			res.PeakRSSMegabytes = rss
+			res.Note = fmt.Sprintf("peak RSS of the whole bench process (load generator and upstream included) while the gateway ran: %.0f MiB", rss)
+		}
+		vsSafe := newResult(GroupGateway, "gateway keyed POST vs safe proxy",
+			"hand-written safe proxy: httputil.ReverseProxy, an INSERT of the claim before forwarding, an UPDATE storing the answer before answering",
+			r.db, c, r.o.Duration, st[0], st[2], true)
+		runs = append(runs, []Result{res, vsSafe})
+		return nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("keyed POSTs, %d connections: %w", c, err)
+		return nil, err
 	}
-	res := newResult(GroupGateway, "gateway keyed POST", "bare httputil.ReverseProxy, same upstream",
-		r.db, c, r.o.Duration, st[0], st[1], true)
-	if rss > 0 {
-		res.PeakRSSMegabytes = rss
-		res.Note = fmt.Sprintf("peak RSS of the whole bench process (load generator and upstream included) while the gateway ran: %.0f MiB", rss)
-	}
-	vsSafe := newResult(GroupGateway, "gateway keyed POST vs safe proxy",
-		"hand-written safe proxy: httputil.ReverseProxy, an INSERT of the claim before forwarding, an UPDATE storing the answer before answering",
-		r.db, c, r.o.Duration, st[0], st[2], true)
-	return []Result{res, vsSafe}, nil
+	return medians(runs), nil
 }
 
 // safeProxy is the gateway's hand-written baseline: what a careful
@@ -270,11 +278,30 @@ func (r *runner) memoryRows(ctx context.Context) ([]Result, error) {
 	}
 	defer stopSides()
 
-	r.progress("gateway 1 MiB responses, %d connections: idem gateway, bare httputil.ReverseProxy", largeInFlight)
 	// Each side runs two long slices, A B then B A: long enough for many
 	// waves of 100 answers, so that what the collector leaves behind
-	// between waves shows, not only one wave's worth.
+	// between waves shows, not only one wave's worth. With Options.Runs,
+	// the pair of slices is repeated; each run's peaks are its own.
 	slice := max(r.o.Duration/2, memorySlice)
+	var runs []Result
+	err = r.repeat(func(int) error {
+		r.progress("gateway 1 MiB responses, %d connections: idem gateway, bare httputil.ReverseProxy", largeInFlight)
+		res, err := memoryRun(ctx, r.db, slice, idemOp, bare)
+		if err != nil {
+			return err
+		}
+		runs = append(runs, res)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return []Result{median(runs)}, nil
+}
+
+// memoryRun is one run of the memory row: each side two slices, A B then
+// B A.
+func memoryRun(ctx context.Context, db *database, slice time.Duration, idemOp, bare opFunc) (Result, error) {
 	var (
 		st    [2]Stat
 		peaks [2]memPeak
@@ -299,7 +326,7 @@ func (r *runner) memoryRows(ctx context.Context) ([]Result, error) {
 			})
 			p := smp.Stop()
 			if err != nil {
-				return nil, fmt.Errorf("1 MiB responses: %w", err)
+				return Result{}, fmt.Errorf("1 MiB responses: %w", err)
 			}
 			st[i].add(s)
 			q := &peaks[i]
@@ -308,7 +335,7 @@ func (r *runner) memoryRows(ctx context.Context) ([]Result, error) {
 		}
 	}
 	res := newResult(GroupMemory, "gateway 1 MiB responses", "bare httputil.ReverseProxy, same upstream",
-		r.db, largeInFlight, 2*slice, st[0], st[1], true)
+		db, largeInFlight, 2*slice, st[0], st[1], true)
 	mib := func(b uint64) float64 { return float64(b) / (1 << 20) }
 	res.PeakRSSMegabytes = mib(peaks[0].rss)
 	inFlight := float64(largeInFlight*largeResponse) / (1 << 20)
@@ -320,5 +347,5 @@ func (r *runner) memoryRows(ctx context.Context) ([]Result, error) {
 		limit, mib(peaks[0].rss), mib(peaks[0].rss)/inFlight, inFlight, mib(peaks[0].rss-idle[0]), mib(idle[0]), mib(peaks[0].rss-idle[0])/inFlight,
 		mib(peaks[0].heap), mib(peaks[0].goal), mib(peaks[0].goMapped),
 		mib(peaks[1].rss), mib(peaks[1].rss-idle[1]), mib(idle[1]), mib(peaks[1].heap))
-	return []Result{res}, nil
+	return res, nil
 }

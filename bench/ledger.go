@@ -25,12 +25,16 @@ var body = []byte(`{"id":"ch_1Nq8ZL2eZvKYlo2C","amount":1000,"currency":"eur","s
 func (r *runner) ledgerRows(ctx context.Context) ([]Result, error) {
 	var out []Result
 	for _, c := range r.o.Concurrency {
-		st, err := r.ledgerStats(ctx, c)
+		sts, err := r.ledgerStats(ctx, c)
 		if err != nil {
 			return out, err
 		}
-		out = append(out, newResult(GroupLedger, "ledger claim+complete", "hand-written SQL, a commit per statement",
-			r.db, c, r.o.Duration, st.idem, st.hand, true))
+		var runs []Result
+		for _, st := range sts {
+			runs = append(runs, newResult(GroupLedger, "ledger claim+complete", "hand-written SQL, a commit per statement",
+				r.db, c, r.o.Duration, st.idem, st.hand, true))
+		}
+		out = append(out, median(runs))
 	}
 	return out, nil
 }
@@ -40,12 +44,16 @@ func (r *runner) ledgerRows(ctx context.Context) ([]Result, error) {
 func (r *runner) groupCommitRows(ctx context.Context) ([]Result, error) {
 	var out []Result
 	for _, c := range r.o.Concurrency {
-		st, err := r.ledgerStats(ctx, c)
+		sts, err := r.ledgerStats(ctx, c)
 		if err != nil {
 			return out, err
 		}
-		out = append(out, newResult(GroupGroupCommit, "ledger group commit", "idem, one commit per write (MaxBatch -1)",
-			r.db, c, r.o.Duration, st.idem, st.off, true))
+		var runs []Result
+		for _, st := range sts {
+			runs = append(runs, newResult(GroupGroupCommit, "ledger group commit", "idem, one commit per write (MaxBatch -1)",
+				r.db, c, r.o.Duration, st.idem, st.off, true))
+		}
+		out = append(out, median(runs))
 	}
 	return out, nil
 }
@@ -56,53 +64,61 @@ type ledgerStat struct{ idem, hand, off Stat }
 
 // ledgerStats measures the ledger and group-commit rows of one concurrency
 // together, interleaved (see compare), each side on a database of its own,
-// once: both row groups share it.
-func (r *runner) ledgerStats(ctx context.Context, c int) (ledgerStat, error) {
-	if st, ok := r.ledgerCache[c]; ok {
-		return st, nil
+// once (Options.Runs times, one ledgerStat a run): both row groups share
+// it.
+func (r *runner) ledgerStats(ctx context.Context, c int) ([]ledgerStat, error) {
+	if sts, ok := r.ledgerCache[c]; ok {
+		return sts, nil
 	}
-	var st ledgerStat
 	idemL, idemScope, done, err := r.openLedger(ctx, nil)
 	if err != nil {
-		return st, err
+		return nil, err
 	}
 	defer done()
 	sides := []side{{name: "idem", op: ledgerClaimComplete(idemL, idemScope)}}
-	stats := []*Stat{&st.idem}
+	// Where each side's Stat goes in a run's ledgerStat.
+	stats := []func(*ledgerStat) *Stat{func(st *ledgerStat) *Stat { return &st.idem }}
 	names := []string{"idem"}
 	if slices.Contains(r.o.Groups, GroupLedger) {
 		l, scope, done, err := r.openLedger(ctx, nil)
 		if err != nil {
-			return st, err
+			return nil, err
 		}
 		defer done()
 		sides = append(sides, side{name: "baseline", op: handClaimComplete(r.handDB(l), l.Driver().Name(), scope)})
-		stats = append(stats, &st.hand)
+		stats = append(stats, func(st *ledgerStat) *Stat { return &st.hand })
 		names = append(names, "hand-written SQL")
 	}
 	if slices.Contains(r.o.Groups, GroupGroupCommit) {
 		l, scope, done, err := r.openLedger(ctx, &idem.Options{MaxBatch: -1})
 		if err != nil {
-			return st, err
+			return nil, err
 		}
 		defer done()
 		sides = append(sides, side{name: "idem-one-commit-per-write", op: ledgerClaimComplete(l, scope)})
-		stats = append(stats, &st.off)
+		stats = append(stats, func(st *ledgerStat) *Stat { return &st.off })
 		names = append(names, "group commit off")
 	}
-	r.progress("ledger claim+complete, %s: %s", callers(c), strings.Join(names, ", "))
-	res, err := compare(ctx, c, r.o.Duration, sides...)
+	sts := make([]ledgerStat, r.o.Runs)
+	err = r.repeat(func(k int) error {
+		r.progress("ledger claim+complete, %s: %s", callers(c), strings.Join(names, ", "))
+		res, err := compare(ctx, c, r.o.Duration, sides...)
+		if err != nil {
+			return fmt.Errorf("claim+complete, %s: %w", callers(c), err)
+		}
+		for i, s := range res {
+			*stats[i](&sts[k]) = s
+		}
+		return nil
+	})
 	if err != nil {
-		return st, fmt.Errorf("claim+complete, %s: %w", callers(c), err)
-	}
-	for i, s := range res {
-		*stats[i] = s
+		return nil, err
 	}
 	if r.ledgerCache == nil {
-		r.ledgerCache = map[int]ledgerStat{}
+		r.ledgerCache = map[int][]ledgerStat{}
 	}
-	r.ledgerCache[c] = st
-	return st, nil
+	r.ledgerCache[c] = sts
+	return sts, nil
 }
 
 // openLedger opens a ledger on a fresh database with a scope of its own;

@@ -92,6 +92,9 @@ func (r *runner) scaleRows(ctx context.Context) ([]Result, error) {
 	}
 	note := fmt.Sprintf("%d records filled in %.1fs (%.0f/s); %.0f bytes per key on disk (%s)",
 		n, fill.took.Seconds(), float64(n)/fill.took.Seconds(), fill.bytesPerKey, fill.size.How)
+	if r.o.Runs > 1 {
+		note += fmt.Sprintf("; every scale row the median of %d runs, one after the other on this one fill", r.o.Runs)
+	}
 	scaled := func(res Result) Result {
 		res.Keys, res.FillSeconds, res.BytesPerKey = n, fill.took.Seconds(), fill.bytesPerKey
 		if res.Concurrency == r.o.Concurrency[0] && strings.HasPrefix(res.Name, "scale claim+complete") {
@@ -102,24 +105,40 @@ func (r *runner) scaleRows(ctx context.Context) ([]Result, error) {
 
 	var out []Result
 	for _, c := range r.o.Concurrency {
-		r.progress("scale claim+complete, %s: %d keys, empty", callers(c), n)
-		res, err := compare(ctx, c, r.o.Duration,
-			side{name: "full", op: scaleClaimComplete(full)},
-			side{name: "empty", op: scaleClaimComplete(empty)})
+		var runs []Result
+		err := r.repeat(func(int) error {
+			r.progress("scale claim+complete, %s: %d keys, empty", callers(c), n)
+			res, err := compare(ctx, c, r.o.Duration,
+				side{name: "full", op: scaleClaimComplete(full)},
+				side{name: "empty", op: scaleClaimComplete(empty)})
+			if err != nil {
+				return fmt.Errorf("claim+complete at %d keys, %s: %w", n, callers(c), err)
+			}
+			runs = append(runs, scaled(newResult(GroupScale, fmt.Sprintf("scale claim+complete at %d keys", n),
+				"the same on an empty ledger", r.db, c, r.o.Duration, res[0], res[1], true)))
+			return nil
+		})
 		if err != nil {
-			return out, fmt.Errorf("claim+complete at %d keys, %s: %w", n, callers(c), err)
+			return out, err
 		}
-		out = append(out, scaled(newResult(GroupScale, fmt.Sprintf("scale claim+complete at %d keys", n),
-			"the same on an empty ledger", r.db, c, r.o.Duration, res[0], res[1], true)))
-		r.progress("scale replay, %s: %d keys, empty", callers(c), n)
-		res, err = compare(ctx, c, r.o.Duration,
-			side{name: "full", op: scaleReplay(full, fill.sample)},
-			side{name: "empty", op: scaleReplay(empty, small.sample)})
+		out = append(out, median(runs))
+		runs = nil
+		err = r.repeat(func(int) error {
+			r.progress("scale replay, %s: %d keys, empty", callers(c), n)
+			res, err := compare(ctx, c, r.o.Duration,
+				side{name: "full", op: scaleReplay(full, fill.sample)},
+				side{name: "empty", op: scaleReplay(empty, small.sample)})
+			if err != nil {
+				return fmt.Errorf("replay at %d keys, %s: %w", n, callers(c), err)
+			}
+			runs = append(runs, scaled(newResult(GroupScale, fmt.Sprintf("scale replay at %d keys", n),
+				fmt.Sprintf("the same on an empty ledger (%d keys, all replayed)", len(small.sample)), r.db, c, r.o.Duration, res[0], res[1], true)))
+			return nil
+		})
 		if err != nil {
-			return out, fmt.Errorf("replay at %d keys, %s: %w", n, callers(c), err)
+			return out, err
 		}
-		out = append(out, scaled(newResult(GroupScale, fmt.Sprintf("scale replay at %d keys", n),
-			fmt.Sprintf("the same on an empty ledger (%d keys, all replayed)", len(small.sample)), r.db, c, r.o.Duration, res[0], res[1], true)))
+		out = append(out, median(runs))
 	}
 	full.Close()
 	rows, err := r.pruneRows(ctx, fullURL, n)
@@ -129,7 +148,15 @@ func (r *runner) scaleRows(ctx context.Context) ([]Result, error) {
 // pruneRows reopens the full ledger with its clock moved past every
 // record's window, so that all of it is due for pruning, and measures the
 // prune: about half of it alone, then the rest in turns with claim+complete
-// running next to it, against the same claim+complete with no prune.
+// running next to it, against the same claim+complete with no prune, then
+// what is left (at most pruneAloneMax records) alone again.
+//
+// With Options.Runs above 1 the prune budget of each step is shared out
+// among the runs (never more in all than one run prunes): run k prunes its
+// share alone before the rows under load and after them, and measures
+// claim+complete while pruning with its share of the rest, at each
+// concurrency. Each run is a measurement of both prune rates, alone and
+// under load, on what the runs before it left of the one fill.
 func (r *runner) pruneRows(ctx context.Context, url string, n int) ([]Result, error) {
 	l, err := openScale(ctx, url, &idem.Options{Clock: func() time.Time { return time.Now().Add(pruneShift) }})
 	if err != nil {
@@ -141,85 +168,134 @@ func (r *runner) pruneRows(ctx context.Context, url string, n int) ([]Result, er
 	if err != nil {
 		return nil, err
 	}
+	runs := r.o.Runs
+	alone := make([]pruneStat, runs)  // by run
+	loaded := make([]pruneStat, runs) // by run, every concurrency's prune under load added
+	first := max(1, min(n/2, pruneAloneMax)/pruneBatch)
 	r.progress("scale prune, alone: half of %d expired records (at most %d)", n, pruneAloneMax)
-	var alone pruneStat
-	if err := alone.run(ctx, l, max(1, min(n/2, pruneAloneMax)/pruneBatch)); err != nil {
-		return nil, err
+	for k := range runs {
+		if err := alone[k].runShare(ctx, l, first, runs, k); err != nil {
+			return nil, err
+		}
 	}
 	var out []Result
-	var loaded pruneStat
 	// Each concurrency gets an equal share of the rest, so that the prune
 	// does not run out during the first.
 	budget := max(1, (n-min(n/2, pruneAloneMax))/pruneBatch/len(r.o.Concurrency))
 	for _, c := range r.o.Concurrency {
-		var (
-			stop   atomic.Bool
-			wg     sync.WaitGroup
-			runErr error
-			during pruneStat
-		)
-		// The pruner stops between batches, never inside one: a batch cut
-		// short would be work done (or not) but not counted.
-		with := side{name: "pruning", op: scaleClaimComplete(l),
-			before: func() {
-				stop.Store(false)
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for !stop.Load() && !during.done && during.batches < budget {
-						if err := during.run(ctx, l, 1); err != nil {
-							runErr = err
-							return
-						}
-					}
-				}()
-			},
-			after: func() {
-				stop.Store(true)
-				wg.Wait()
-			}}
-		r.progress("scale claim+complete while pruning, %s: pruning, not pruning", callers(c))
-		res, err := compare(ctx, c, r.o.Duration, with, side{name: "not-pruning", op: scaleClaimComplete(l)})
-		if err == nil {
-			err = runErr
-		}
+		var rows []Result
+		err := r.repeat(func(k int) error {
+			res, during, err := r.whilePruning(ctx, l, c, share(budget, runs, k))
+			if err != nil {
+				return err
+			}
+			res.Keys = n
+			if runs > 1 {
+				res.Note += fmt.Sprintf("; run %d of %d on one fill, %d of the prune's batches its share", k+1, runs, share(budget, runs, k))
+			}
+			rows = append(rows, res)
+			loaded[k].add(during)
+			return nil
+		})
 		if err != nil {
-			return out, fmt.Errorf("claim+complete while pruning, %s: %w", callers(c), err)
+			return out, err
 		}
-		res0 := newResult(GroupScale, "scale claim+complete while pruning", "the same on the same ledger, no prune running",
-			r.db, c, r.o.Duration, res[0], res[1], true)
-		res0.Keys = n
-		res0.Note = fmt.Sprintf("the prune ran %.0f%% of the time measured with it and removed %d records (%.0f/s) in batches of %s on average",
-			100*min(1, during.took.Seconds()/res[0].Wall.Seconds()), during.deleted, during.perSec(), during.perBatch())
-		if res[0].Ops == 0 {
-			res0.P50, res0.P99 = nil, nil // not observed: no operation fit in a slice
-			res0.Note += "; no claim+complete finished inside a slice while it ran"
-		}
-		out = append(out, res0)
-		loaded.add(during)
+		out = append(out, median(rows))
 	}
 	r.progress("scale prune, alone: the rest (at most %d records)", pruneAloneMax)
-	if err := alone.run(ctx, l, pruneAloneMax/pruneBatch); err != nil {
-		return out, err
+	for k := range runs {
+		if err := alone[k].runShare(ctx, l, pruneAloneMax/pruneBatch, runs, k); err != nil {
+			return out, err
+		}
 	}
 	after, err := sizer.LedgerSize(ctx)
 	if err != nil {
 		return out, err
 	}
-	p := Result{Group: GroupScale, Name: "scale prune (records/s) under claim+complete", Driver: r.db.driver, Concurrency: 1,
-		Baseline: "the same prune alone", OpsPerSec: loaded.perSec(), BaselineOpsPerS: alone.perSec(),
-		DurationSeconds: loaded.took.Seconds(), Durability: r.db.durability, Keys: n,
-		DiskBytesBefore: before.File, DiskBytesAfter: after.File}
-	if p.BaselineOpsPerS > 0 {
-		p.Ratio = p.OpsPerSec / p.BaselineOpsPerS
+	var all pruneStat
+	for k := range runs {
+		all.add(alone[k])
+		all.add(loaded[k])
 	}
-	p.Note = fmt.Sprintf("one pruner, batches of %d; %d records tombstoned and deleted (%d alone in %.1fs, %s a batch; %d under load in %.1fs, %s a batch); "+
-		"idem_keys %s → %s, database %s → %s", pruneBatch, alone.deleted+loaded.deleted, alone.deleted, alone.took.Seconds(), alone.perBatch(),
-		loaded.deleted, loaded.took.Seconds(), loaded.perBatch(), mib(before.Ledger), mib(after.Ledger), mib(before.File), mib(after.File))
-	if r.db.driver == "sqlite" {
-		p.Note += fmt.Sprintf(" (%s of it free pages, kept by the file until a VACUUM)", mib(after.Free))
+	var rows []Result
+	for k := range runs {
+		p := Result{Group: GroupScale, Name: "scale prune (records/s) under claim+complete", Driver: r.db.driver, Concurrency: 1,
+			Baseline: "the same prune alone", OpsPerSec: loaded[k].perSec(), BaselineOpsPerS: alone[k].perSec(),
+			DurationSeconds: loaded[k].took.Seconds(), Durability: r.db.durability, Keys: n,
+			DiskBytesBefore: before.File, DiskBytesAfter: after.File}
+		if p.BaselineOpsPerS > 0 {
+			p.Ratio = p.OpsPerSec / p.BaselineOpsPerS
+		}
+		p.Note = fmt.Sprintf("one pruner, batches of %d; %d records tombstoned and deleted (%d alone in %.1fs, %s a batch; %d under load in %.1fs, %s a batch); "+
+			"idem_keys %s → %s, database %s → %s", pruneBatch, alone[k].deleted+loaded[k].deleted, alone[k].deleted, alone[k].took.Seconds(), alone[k].perBatch(),
+			loaded[k].deleted, loaded[k].took.Seconds(), loaded[k].perBatch(), mib(before.Ledger), mib(after.Ledger), mib(before.File), mib(after.File))
+		if runs > 1 {
+			p.Note = fmt.Sprintf("run %d of %d, one after the other on one fill (%d records tombstoned and deleted in all): ", k+1, runs, all.deleted) + p.Note
+		}
+		if r.db.driver == "sqlite" {
+			p.Note += fmt.Sprintf(" (%s of it free pages, kept by the file until a VACUUM)", mib(after.Free))
+		}
+		rows = append(rows, p)
 	}
-	return append(out, p), nil
+	return append(out, median(rows)), nil
+}
+
+// whilePruning measures claim+complete on l while a prune of at most
+// budget batches runs next to it, against the same with no prune running.
+func (r *runner) whilePruning(ctx context.Context, l *idem.Ledger, c, budget int) (Result, pruneStat, error) {
+	var (
+		stop   atomic.Bool
+		wg     sync.WaitGroup
+		runErr error
+		during pruneStat
+	)
+	// The pruner stops between batches, never inside one: a batch cut
+	// short would be work done (or not) but not counted.
+	with := side{name: "pruning", op: scaleClaimComplete(l),
+		before: func() {
+			stop.Store(false)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for !stop.Load() && !during.done && during.batches < budget {
+					if err := during.run(ctx, l, 1); err != nil {
+						runErr = err
+						return
+					}
+				}
+			}()
+		},
+		after: func() {
+			stop.Store(true)
+			wg.Wait()
+		}}
+	r.progress("scale claim+complete while pruning, %s: pruning, not pruning", callers(c))
+	res, err := compare(ctx, c, r.o.Duration, with, side{name: "not-pruning", op: scaleClaimComplete(l)})
+	if err == nil {
+		err = runErr
+	}
+	if err != nil {
+		return Result{}, during, fmt.Errorf("claim+complete while pruning, %s: %w", callers(c), err)
+	}
+	res0 := newResult(GroupScale, "scale claim+complete while pruning", "the same on the same ledger, no prune running",
+		r.db, c, r.o.Duration, res[0], res[1], true)
+	res0.Note = fmt.Sprintf("the prune ran %.0f%% of the time measured with it and removed %d records (%.0f/s) in batches of %s on average",
+		100*min(1, during.took.Seconds()/res[0].Wall.Seconds()), during.deleted, during.perSec(), during.perBatch())
+	if res[0].Ops == 0 {
+		res0.P50, res0.P99 = nil, nil // not observed: no operation fit in a slice
+		res0.Note += "; no claim+complete finished inside a slice while it ran"
+	}
+	return res0, during, nil
+}
+
+// share is run k's part of total shared out among runs: parts that differ
+// by at most one and add up to total.
+func share(total, runs, k int) int {
+	n := total / runs
+	if k < total%runs {
+		n++
+	}
+	return n
 }
 
 func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
@@ -250,6 +326,15 @@ func (s *pruneStat) add(o pruneStat) {
 	s.deleted += o.deleted
 	s.batches += o.batches
 	s.took += o.took
+}
+
+// runShare runs run k's share of a prune of at most batches batches
+// shared out among runs (see share); a share of nothing prunes nothing.
+func (s *pruneStat) runShare(ctx context.Context, l *idem.Ledger, batches, runs, k int) error {
+	if b := share(batches, runs, k); b > 0 {
+		return s.run(ctx, l, b)
+	}
+	return nil
 }
 
 // run prunes (at most batches batches; 0 until done) and adds what it

@@ -9,17 +9,25 @@ import (
 )
 
 // WriteTable prints results as an aligned table: one line per row, idem's
-// numbers, the baseline's, and the ratio idem/baseline (throughput).
+// numbers, the baseline's, and the ratio idem/baseline (throughput). A row
+// measured more than once (Result.Runs) shows its median ratio with the
+// range of its runs' ratios, "1.02× (0.95–1.10)", and every other number
+// of the median run.
 func WriteTable(w io.Writer, results []Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "row\tdriver\tcallers\tops/s\tp50 ms\tp99 ms\tcpu µs/op\tbusy\tbaseline ops/s\tp50 ms\tp99 ms\tcpu µs/op\tbusy\tratio\t")
+	runs := 0
 	for _, r := range results {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%.0f\t%s\t%.2f\t\n", r.Name, r.Driver, r.Concurrency,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%.0f\t%s\t%s\t\n", r.Name, r.Driver, r.Concurrency,
 			rate(r.OpsPerSec), ms(r.P50), ms(r.P99), r.CPUPerOp, pct(r.MachineBusy),
-			rate(r.BaselineOpsPerS), ms(r.BaselineP50), ms(r.BaselineP99), r.BaselineCPUPerOp, pct(r.BaselineMachineBusy), r.Ratio)
+			rate(r.BaselineOpsPerS), ms(r.BaselineP50), ms(r.BaselineP99), r.BaselineCPUPerOp, pct(r.BaselineMachineBusy), ratio(r))
+		runs = max(runs, r.Runs)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if runs > 1 {
+		fmt.Fprintf(w, "  every row measured %d times, one run after the other: its numbers are the run whose ratio is the median, (min–max) the range of the runs' ratios\n", runs)
 	}
 	seen := map[string]bool{}
 	for _, r := range results {
@@ -34,6 +42,19 @@ func WriteTable(w io.Writer, results []Result) error {
 		}
 	}
 	return nil
+}
+
+// ratio is a row's ratio column: "1.02", or for a row of several runs
+// "1.02× (0.95–1.10)".
+func ratio(r Result) string {
+	s := fmt.Sprintf("%.2f", r.Ratio)
+	if r.Runs <= 1 {
+		return s
+	}
+	if r.RatioMin == nil || r.RatioMax == nil {
+		return s + "× (no range)"
+	}
+	return fmt.Sprintf("%s× (%.2f–%.2f)", s, *r.RatioMin, *r.RatioMax)
 }
 
 func pct(v float64) string {

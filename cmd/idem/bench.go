@@ -15,7 +15,7 @@ import (
 	"github.com/idemdev/idem/bench"
 )
 
-const benchUsage = "idem bench [--db URL] [--duration D] [--concurrency 1,8,32] [--rows LIST] [--keys N] [--cycle-pause D] [--json] [--out FILE] [--cpuprofile FILE]"
+const benchUsage = "idem bench [--db URL] [--duration D] [--concurrency 1,8,32] [--rows LIST] [--keys N] [--runs N] [--cycle-pause D] [--json] [--out FILE] [--cpuprofile FILE]"
 
 func init() {
 	register(command{
@@ -61,12 +61,16 @@ each, so that background load falls on both alike; each side runs for
 --duration in all, after a short warm-up. With the defaults a run takes
 about two minutes. The cpu µs/op columns are this process's CPU time per
 operation (load generator included; a PostgreSQL server's is not).
+--runs N measures every row N times, one run after the other on the same
+databases (scale: on one fill), and prints the run whose ratio is the
+median, with the range of the ratios; the cycles rows run once.
 See docs/performance.md.`)
 	db := fs.String("db", "sqlite", "`URL`: sqlite (a temporary file), postgres (a throwaway cluster), or a URL (sqlite:PATH, postgres://…, host=… dbname=…) to measure")
 	dur := fs.Duration("duration", bench.DefaultDuration, "how long each side of each row is measured")
 	conc := fs.String("concurrency", "1,8,32", "comma-separated numbers of concurrent callers")
 	rows := fs.String("rows", strings.Join(bench.DefaultGroups, ","), "comma-separated row groups to run (known: "+strings.Join(bench.Groups, ", ")+")")
 	keys := fs.Int("keys", bench.DefaultKeys, "how many completed records the scale rows fill the ledger with")
+	runs := fs.Int("runs", 1, "measure every row `N` times and print the median run, with the range of the ratios (scale rows: on one fill)")
 	pause := fs.Duration("cycle-pause", 0, "how long the cycles rows wait after each prune before the next fill")
 	asJSON := fs.Bool("json", false, "print one JSON object per row on stdout instead of the table")
 	outFile := fs.String("out", "", "also write one JSON object per row to `FILE`")
@@ -97,7 +101,10 @@ See docs/performance.md.`)
 	if *keys < bench.MinKeys || *keys > bench.MaxKeys {
 		return usageError(fs, stderr, "--keys %d: want %d…%d", *keys, bench.MinKeys, bench.MaxKeys)
 	}
-	opts := &bench.Options{DB: spec, Duration: *dur, Concurrency: cs, Groups: groups, Keys: *keys, CyclePause: *pause, Progress: stderr}
+	if *runs < 1 || *runs > bench.MaxRuns {
+		return usageError(fs, stderr, "--runs %d: want 1…%d", *runs, bench.MaxRuns)
+	}
+	opts := &bench.Options{DB: spec, Duration: *dur, Concurrency: cs, Groups: groups, Keys: *keys, Runs: *runs, CyclePause: *pause, Progress: stderr}
 	if *dur < 100*time.Millisecond || *dur > time.Hour {
 		return usageError(fs, stderr, "--duration %v: want 100ms…1h", *dur)
 	}

@@ -56,6 +56,8 @@ func TestBenchBadFlags(t *testing.T) {
 		{"bench", "--rows", "ledger,nope"},
 		{"bench", "--duration", "1ms"},
 		{"bench", "--keys", "5"},
+		{"bench", "--runs", "0"},
+		{"bench", "--runs", "101"},
 		{"bench", "extra"},
 	} {
 		r := opRun(t, "", args...)
@@ -66,5 +68,27 @@ func TestBenchBadFlags(t *testing.T) {
 	r := opRun(t, "", "bench", "--db", "mysql://x", "--duration", "100ms")
 	if r.code != 2 || !strings.Contains(r.stderr, "unknown database") {
 		t.Errorf("unknown database: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// TestBenchRunsFlag: --runs 2 measures each row twice and prints the
+// median run with its range; the JSON says how many runs.
+func TestBenchRunsFlag(t *testing.T) {
+	t.Parallel()
+	r := opRun(t, "", "bench", "--duration", "500ms", "--concurrency", "1", "--rows", "ledger", "--runs", "2", "--json").must(t, 0)
+	if !strings.Contains(r.stderr, "(run 1 of 2)") || !strings.Contains(r.stderr, "(run 2 of 2)") {
+		t.Errorf("progress does not say the runs:\n%s", r.stderr)
+	}
+	var row struct {
+		Runs     int      `json:"runs"`
+		Ratio    float64  `json:"ratio"`
+		RatioMin *float64 `json:"ratio_min"`
+		RatioMax *float64 `json:"ratio_max"`
+	}
+	if err := json.Unmarshal([]byte(strings.TrimSpace(r.stdout)), &row); err != nil {
+		t.Fatalf("%v: %s", err, r.stdout)
+	}
+	if row.Runs != 2 || row.RatioMin == nil || row.RatioMax == nil || *row.RatioMin > row.Ratio || row.Ratio > *row.RatioMax {
+		t.Errorf("runs %d, ratio %v, range %v–%v: %s", row.Runs, row.Ratio, row.RatioMin, row.RatioMax, r.stdout)
 	}
 }
