@@ -12,7 +12,7 @@ import (
 
 // FinishAndClaimJobs ends claims (each fenced on its own) and claims more
 // in ONE transaction: the completed row and the claimed rows carry the same
-// xmin. InsertJobsFast (COPY without a transaction around it) returns the
+// xmin. InsertJobsFast (a COPY in a transaction of its own) returns the
 // ids of the rows it wrote, in input order.
 func TestPostgresFinishAndClaimJobsOneTransaction(t *testing.T) {
 	d := openPrivate(t)

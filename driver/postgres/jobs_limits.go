@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -109,64 +108,3 @@ SELECT `+claimCols("claimed.")+`, c.now FROM claimed, c ORDER BY claimed.priorit
 // its limit with more waiting jobs than this hides the ones behind it
 // until its jobs finish.
 func limitScan(limit int) int { return max(limit*16, 1000) }
-
-// InsertJobsFast reserves ids from the sequence in one statement, then
-// COPYs the rows in: two round trips. The COPY needs no transaction
-// around it, since a COPY is atomic on its own (all rows or none); if it
-// fails, the reserved ids are left unused, as a rolled back insert leaves
-// them.
-func (d *Driver) InsertJobsFast(ctx context.Context, jobs []driver.JobInsert) ([]int64, error) {
-	if len(jobs) == 0 {
-		return nil, nil
-	}
-	for i, j := range jobs {
-		if j.UniqueKey != "" {
-			return nil, fmt.Errorf("postgres: insert jobs fast: job %d has a unique key; COPY cannot skip duplicates", i)
-		}
-	}
-	var (
-		now time.Time
-		ids []int64
-	)
-	// The sequence is resolved once (an uncorrelated scalar subquery is an
-	// InitPlan), not once per id.
-	if err := d.pool.QueryRow(ctx, `SELECT coalesce($1::timestamptz, statement_timestamp()),
-	array(SELECT nextval((SELECT pg_get_serial_sequence('idem_jobs', 'id')::regclass)) FROM generate_series(1, $2))`,
-		d.clock(), len(jobs)).Scan(&now, &ids); err != nil {
-		return nil, fmt.Errorf("postgres: insert jobs fast: reserve ids: %w", err)
-	}
-	if len(ids) != len(jobs) {
-		return nil, fmt.Errorf("postgres: insert jobs fast: %d ids for %d jobs", len(ids), len(jobs))
-	}
-	i := 0
-	src := pgx.CopyFromFunc(func() ([]any, error) {
-		if i == len(jobs) {
-			return nil, nil
-		}
-		j := jobs[i]
-		runAt := j.RunAt
-		if runAt.IsZero() {
-			runAt = now.Add(j.Delay.Truncate(time.Millisecond))
-		}
-		args := j.Args
-		if args == nil {
-			args = []byte{}
-		}
-		var meta, part any
-		if len(j.Metadata) > 0 {
-			meta = json.RawMessage(j.Metadata)
-		}
-		if j.PartitionKey != "" {
-			part = j.PartitionKey
-		}
-		row := []any{ids[i], j.Queue, j.Kind, args, string(idemtype.JobAvailable), int32(j.MaxAttempts), runAt, now, now,
-			int16(j.Priority), meta, part}
-		i++
-		return row, nil
-	})
-	if _, err := d.pool.CopyFrom(ctx, pgx.Identifier{"idem_jobs"}, []string{"id", "queue", "kind", "args", "state", "max_attempts",
-		"run_at", "created_at", "updated_at", "priority", "metadata", "partition_key"}, src); err != nil {
-		return nil, fmt.Errorf("postgres: insert jobs fast: copy: %w", unknownOutcome(err))
-	}
-	return ids, nil
-}
