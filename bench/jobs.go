@@ -292,11 +292,16 @@ var handJobSQL = map[string]struct{ enqueue, prefill, claim, complete string }{
 	VALUES ($1, 'bench', $2, 'available', 25, now(), now(), now()) RETURNING id`,
 		prefill: `INSERT INTO idem_jobs (queue, kind, args, state, max_attempts, run_at, created_at, updated_at)
 	SELECT $1, 'bench', convert_to('{"n":0}', 'UTF8'), 'available', 25, now(), now(), now() FROM generate_series(1, $2)`,
-		claim: `UPDATE idem_jobs SET state = 'running', attempt = attempt + 1, lease_id = $1, lease_until = now() + interval '30 seconds',
-	worker = 'bench', attempted_at = now(), updated_at = now()
-	WHERE id IN (SELECT id FROM idem_jobs WHERE state = 'available' AND queue = $2 AND run_at <= now()
+		// The locking SELECT in a MATERIALIZED CTE, run once: as an IN
+		// subquery the planner may rerun it per row of the table (a plan
+		// made while the queue was empty), and 8 loops then spun for
+		// minutes on the lock manager, claiming nothing.
+		claim: `WITH due AS MATERIALIZED (SELECT id FROM idem_jobs WHERE state = 'available' AND queue = $2 AND run_at <= now()
 		ORDER BY priority, run_at, id LIMIT $3 FOR UPDATE SKIP LOCKED)
-	RETURNING id`,
+	UPDATE idem_jobs j SET state = 'running', attempt = j.attempt + 1, lease_id = $1, lease_until = now() + interval '30 seconds',
+	worker = 'bench', attempted_at = now(), updated_at = now()
+	FROM due WHERE j.id = due.id
+	RETURNING j.id`,
 		complete: `UPDATE idem_jobs SET state = 'completed', lease_until = NULL, finalized_at = now(), updated_at = now()
 	WHERE lease_id = $1 AND state = 'running' AND lease_until > now() AND id = ANY($2::bigint[])`,
 	},
