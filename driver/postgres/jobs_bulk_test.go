@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemdev/idem"
-	"github.com/idemdev/idem/dburl"
 	"github.com/idemdev/idem/driver"
 	"github.com/idemdev/idem/driver/postgres"
 	"github.com/idemdev/idem/idemtype"
@@ -200,16 +198,7 @@ func TestPostgresInsertJobsFastErrorInsertsNothing(t *testing.T) {
 func TestPostgresInsertJobsFastPgBouncer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	drv, err := dburl.OpenDriver(ctx, bouncerURL(t, pgtest.TransactionPooling))
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := idem.New(ctx, drv, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	d := drv.(*postgres.Driver)
+	d := bouncerDriver(t, ctx, pgtest.TransactionPooling)
 	ins := bulkJobs()
 	for round := range 3 {
 		ids, err := d.InsertJobsFast(ctx, ins)

@@ -31,6 +31,22 @@ func bouncerURL(t testing.TB, mode pgtest.PoolMode) string {
 	return url
 }
 
+// bouncerDriver opens a ledger (its tables migrated) through a PgBouncer
+// of its own in mode, closed when the test ends, and returns its driver.
+func bouncerDriver(t *testing.T, ctx context.Context, mode pgtest.PoolMode) *postgres.Driver {
+	t.Helper()
+	drv, err := dburl.OpenDriver(ctx, bouncerURL(t, mode))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := idem.New(ctx, drv, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return drv.(*postgres.Driver)
+}
+
 // The conformance cases run through PgBouncer (all of them pass; these
 // bound the run's time): the races of goroutines and of processes, crashes
 // and pauses of child processes, and every kind of write (claim,
@@ -120,16 +136,7 @@ func TestPgBouncerListen(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			drv, err := dburl.OpenDriver(ctx, bouncerURL(t, mode))
-			if err != nil {
-				t.Fatal(err)
-			}
-			l, err := idem.New(ctx, drv, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer l.Close()
-			d := drv.(*postgres.Driver)
+			d := bouncerDriver(t, ctx, mode)
 			ready := make(chan struct{})
 			woken := make(chan string, 10)
 			ended := make(chan error, 1)
