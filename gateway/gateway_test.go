@@ -442,11 +442,13 @@ func TestUpstreamTimeoutUnderPark(t *testing.T) {
 	l := openLedger(t, "sqlite")
 	up := newUpstream()
 	up.handle = func(w http.ResponseWriter, r *http.Request) {
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(1500 * time.Millisecond)
 		w.WriteHeader(201)
 	}
+	// A timeout long enough that the request is sent before it fires even
+	// under -race on a loaded machine (at 50 ms CI saw a 502: nothing sent).
 	gw := newGateway(t, l, serveQuiet(t, up).URL, &gateway.Config{
-		Timeout: 50 * time.Millisecond, Options: &idemhttp.Options{Lease: 200 * time.Millisecond, Stale: idem.StalePark}})
+		Timeout: 500 * time.Millisecond, Options: &idemhttp.Options{Lease: 200 * time.Millisecond, Stale: idem.StalePark}})
 	r := post(t, gw, `{}`, "Idempotency-Key: k")
 	wantProblem(t, r, 504, idemhttp.ProblemUpstreamUnknown)
 	if strings.Contains(r.body, "forwarded again") || !strings.Contains(r.body, "parked") {
