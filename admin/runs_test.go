@@ -1,7 +1,6 @@
 package admin_test
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -10,13 +9,13 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/idemdev/idem"
 	"github.com/idemdev/idem/admin"
 	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/internal/ledgertest"
+	"github.com/idemdev/idem/internal/syncbuf"
 )
 
 // errDown is the payment provider failing during the charge.
@@ -52,24 +51,6 @@ func seedRuns(t *testing.T, l *idem.Ledger) {
 	if _, err := book.Run(ctx, l, idem.Op{Scope: "acct-1", Key: hostileKey, Fingerprint: "fp"}, "in"); !errors.Is(err, errDown) {
 		t.Fatal(err)
 	}
-}
-
-// logBuffer collects the page's log lines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func serveLedger(t *testing.T, l *idem.Ledger, o admin.Options) *httptest.Server {
@@ -128,7 +109,7 @@ func TestRunsResolveStep(t *testing.T) {
 	t.Parallel()
 	ledgertest.EachDriver(t, func(t *testing.T, l *idem.Ledger) {
 		seedRuns(t, l)
-		var logs logBuffer
+		var logs syncbuf.Buffer
 		srv := serveLedger(t, l, admin.Options{Write: true, HashKeys: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 		c := client(t)
 		tok := csrf(t, c, srv.URL)

@@ -348,6 +348,21 @@ func (r *runner) repeat(measure func(k int) error) error {
 	return nil
 }
 
+// medianRun is repeat for a measurement that makes one row: it returns
+// the median of measure's rows (see median).
+func (r *runner) medianRun(measure func(k int) (Result, error)) (Result, error) {
+	var runs []Result
+	err := r.repeat(func(k int) error {
+		res, err := measure(k)
+		runs = append(runs, res)
+		return err
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	return median(runs), nil
+}
+
 // quiet discards the logs of the components under load.
 var quiet = slog.New(slog.DiscardHandler)
 

@@ -283,20 +283,14 @@ func (r *runner) memoryRows(ctx context.Context) ([]Result, error) {
 	// between waves shows, not only one wave's worth. With Options.Runs,
 	// the pair of slices is repeated; each run's peaks are its own.
 	slice := max(r.o.Duration/2, memorySlice)
-	var runs []Result
-	err = r.repeat(func(int) error {
+	row, err := r.medianRun(func(int) (Result, error) {
 		r.progress("gateway 1 MiB responses, %d connections: idem gateway, bare httputil.ReverseProxy", largeInFlight)
-		res, err := memoryRun(ctx, r.db, slice, idemOp, bare)
-		if err != nil {
-			return err
-		}
-		runs = append(runs, res)
-		return nil
+		return memoryRun(ctx, r.db, slice, idemOp, bare)
 	})
 	if err != nil {
 		return nil, err
 	}
-	return []Result{median(runs)}, nil
+	return []Result{row}, nil
 }
 
 // memoryRun is one run of the memory row: each side two slices, A B then

@@ -84,21 +84,15 @@ func (r *runner) enqueueRow(ctx context.Context, c int) (Result, error) {
 	}
 	defer done()
 	handOp := handEnqueue(r.handDB(handL), handL.Driver().Name(), handQueue)
-	var runs []Result
-	err = r.repeat(func(int) error {
+	return r.medianRun(func(int) (Result, error) {
 		r.progress("jobs enqueue, %s: idem, hand-written SQL", callers(c))
 		st, err := compare(ctx, c, r.o.Duration, side{name: "idem", op: idemOp}, side{name: "baseline", op: handOp})
 		if err != nil {
-			return fmt.Errorf("enqueue, %s: %w", callers(c), err)
+			return Result{}, fmt.Errorf("enqueue, %s: %w", callers(c), err)
 		}
-		runs = append(runs, newResult(GroupJobs, "jobs enqueue", "hand-written INSERT, a commit per job",
-			r.db, c, r.o.Duration, st[0], st[1], true))
-		return nil
+		return newResult(GroupJobs, "jobs enqueue", "hand-written INSERT, a commit per job",
+			r.db, c, r.o.Duration, st[0], st[1], true), nil
 	})
-	if err != nil {
-		return Result{}, err
-	}
-	return median(runs), nil
 }
 
 // claimCompleteRow takes turns like compare, in 4 slices per side,
@@ -123,8 +117,7 @@ func (r *runner) claimCompleteRow(ctx context.Context, c int) (Result, error) {
 	const rounds = 4 // each slice fills a queue and starts a client: keep them few
 	slice, warm := r.o.Duration/rounds, warmup(r.o.Duration)
 	total := (warm + slice).Seconds()
-	var runs []Result
-	err = r.repeat(func(int) error {
+	return r.medianRun(func(int) (Result, error) {
 		r.progress("jobs claim+complete, %d loops of %d: hand-written %s loop; idem, %d workers", c, jobsPerClaim, loop, workers)
 		var hand, idemStat Stat
 		for round := range rounds {
@@ -132,12 +125,12 @@ func (r *runner) claimCompleteRow(ctx context.Context, c int) (Result, error) {
 				if (k == 0) == (round%2 == 0) {
 					queue := r.queueName()
 					if err := prefill(ctx, r.handDB(handL), handL.Driver().Name(), queue, int(100_000*total)); err != nil {
-						return err
+						return Result{}, err
 					}
 					st, err := closedLoop(ctx, c, warm, slice, handClaimComplete100(r.handDB(handL), handL.Driver().Name(), queue))
 					r.dropQueue(handL, queue)
 					if err != nil {
-						return fmt.Errorf("hand-written job loop: %w", err)
+						return Result{}, fmt.Errorf("hand-written job loop: %w", err)
 					}
 					hand.add(st)
 					continue
@@ -146,12 +139,12 @@ func (r *runner) claimCompleteRow(ctx context.Context, c int) (Result, error) {
 				// Enough jobs that the queue outlasts the slice at the loop's rate.
 				n := max(20_000, int(1.5*max(hand.PerSec(), 20_000)*total))
 				if err := prefill(ctx, idemL.DB(), idemL.Driver().Name(), queue, n); err != nil {
-					return err
+					return Result{}, err
 				}
 				st, err := r.workJobs(ctx, idemL, queue, workers, n, warm, slice)
 				r.dropQueue(idemL, queue)
 				if err != nil {
-					return fmt.Errorf("idem jobs: %w", err)
+					return Result{}, fmt.Errorf("idem jobs: %w", err)
 				}
 				idemStat.add(st)
 			}
@@ -159,13 +152,8 @@ func (r *runner) claimCompleteRow(ctx context.Context, c int) (Result, error) {
 		res := newResult(GroupJobs, "jobs claim+complete", fmt.Sprintf("hand-written %s loop, %d jobs a claim, one completing UPDATE a batch", loop, jobsPerClaim),
 			r.db, c, r.o.Duration, idemStat, hand, false)
 		res.Note = fmt.Sprintf("%d loops of %d jobs vs a jobs.Client with %d workers (default Config otherwise)", c, jobsPerClaim, workers)
-		runs = append(runs, res)
-		return nil
+		return res, nil
 	})
-	if err != nil {
-		return Result{}, err
-	}
-	return median(runs), nil
 }
 
 func (r *runner) queueName() string { return strings.ReplaceAll(name("bench"), "_", "-") }

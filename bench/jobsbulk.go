@@ -44,21 +44,15 @@ func (r *runner) bulkRow(ctx context.Context, c int) (Result, error) {
 	}
 	defer done()
 	handOp := handBulk(r.handDB(handL), handL.Driver().Name(), handQueue)
-	var runs []Result
-	err = r.repeat(func(int) error {
+	return r.medianRun(func(int) (Result, error) {
 		r.progress("jobs bulk insert of %d, %s: idem, hand-written SQL", bulkBatch, callers(c))
 		st, err := compare(ctx, c, r.o.Duration, side{name: "idem", op: idemOp}, side{name: "baseline", op: handOp})
 		if err != nil {
-			return fmt.Errorf("bulk insert, %s: %w", callers(c), err)
+			return Result{}, fmt.Errorf("bulk insert, %s: %w", callers(c), err)
 		}
-		runs = append(runs, newResult(GroupJobs, "jobs bulk insert", "hand-written INSERT per job, 100 per transaction",
-			r.db, c, r.o.Duration, st[0], st[1], true))
-		return nil
+		return newResult(GroupJobs, "jobs bulk insert", "hand-written INSERT per job, 100 per transaction",
+			r.db, c, r.o.Duration, st[0], st[1], true), nil
 	})
-	if err != nil {
-		return Result{}, err
-	}
-	return median(runs), nil
 }
 
 // handBulk inserts bulkBatch jobs with the hand-written enqueue statement,

@@ -105,40 +105,36 @@ func (r *runner) scaleRows(ctx context.Context) ([]Result, error) {
 
 	var out []Result
 	for _, c := range r.o.Concurrency {
-		var runs []Result
-		err := r.repeat(func(int) error {
+		row, err := r.medianRun(func(int) (Result, error) {
 			r.progress("scale claim+complete, %s: %d keys, empty", callers(c), n)
 			res, err := compare(ctx, c, r.o.Duration,
 				side{name: "full", op: scaleClaimComplete(full)},
 				side{name: "empty", op: scaleClaimComplete(empty)})
 			if err != nil {
-				return fmt.Errorf("claim+complete at %d keys, %s: %w", n, callers(c), err)
+				return Result{}, fmt.Errorf("claim+complete at %d keys, %s: %w", n, callers(c), err)
 			}
-			runs = append(runs, scaled(newResult(GroupScale, fmt.Sprintf("scale claim+complete at %d keys", n),
-				"the same on an empty ledger", r.db, c, r.o.Duration, res[0], res[1], true)))
-			return nil
+			return scaled(newResult(GroupScale, fmt.Sprintf("scale claim+complete at %d keys", n),
+				"the same on an empty ledger", r.db, c, r.o.Duration, res[0], res[1], true)), nil
 		})
 		if err != nil {
 			return out, err
 		}
-		out = append(out, median(runs))
-		runs = nil
-		err = r.repeat(func(int) error {
+		out = append(out, row)
+		row, err = r.medianRun(func(int) (Result, error) {
 			r.progress("scale replay, %s: %d keys, empty", callers(c), n)
 			res, err := compare(ctx, c, r.o.Duration,
 				side{name: "full", op: scaleReplay(full, fill.sample)},
 				side{name: "empty", op: scaleReplay(empty, small.sample)})
 			if err != nil {
-				return fmt.Errorf("replay at %d keys, %s: %w", n, callers(c), err)
+				return Result{}, fmt.Errorf("replay at %d keys, %s: %w", n, callers(c), err)
 			}
-			runs = append(runs, scaled(newResult(GroupScale, fmt.Sprintf("scale replay at %d keys", n),
-				fmt.Sprintf("the same on an empty ledger (%d keys, all replayed)", len(small.sample)), r.db, c, r.o.Duration, res[0], res[1], true)))
-			return nil
+			return scaled(newResult(GroupScale, fmt.Sprintf("scale replay at %d keys", n),
+				fmt.Sprintf("the same on an empty ledger (%d keys, all replayed)", len(small.sample)), r.db, c, r.o.Duration, res[0], res[1], true)), nil
 		})
 		if err != nil {
 			return out, err
 		}
-		out = append(out, median(runs))
+		out = append(out, row)
 	}
 	full.Close()
 	rows, err := r.pruneRows(ctx, fullURL, n)

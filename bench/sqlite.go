@@ -27,25 +27,23 @@ func (r *runner) sqliteRows(ctx context.Context) ([]Result, error) {
 			done()
 			return out, err
 		}
-		var runs []Result
-		err = r.repeat(func(int) error {
+		row, err := r.medianRun(func(int) (Result, error) {
 			r.progress("ledger claim+complete, %s: modernc.org/sqlite, mattn/go-sqlite3", callers(c))
 			res, err := compare(ctx, c, r.o.Duration,
 				side{name: "modernc", op: ledgerClaimComplete(modernc, moderncScope)},
 				side{name: "mattn", op: ledgerClaimComplete(mattn, mattnScope)})
 			if err != nil {
-				return err
+				return Result{}, err
 			}
-			runs = append(runs, newResult(GroupSQLite, "ledger claim+complete on modernc.org/sqlite (pure Go)", "the same on mattn/go-sqlite3 (cgo)",
-				r.db, c, r.o.Duration, res[0], res[1], true))
-			return nil
+			return newResult(GroupSQLite, "ledger claim+complete on modernc.org/sqlite (pure Go)", "the same on mattn/go-sqlite3 (cgo)",
+				r.db, c, r.o.Duration, res[0], res[1], true), nil
 		})
 		done2()
 		done()
 		if err != nil {
 			return out, fmt.Errorf("sqlite libraries, %s: %w", callers(c), err)
 		}
-		out = append(out, median(runs))
+		out = append(out, row)
 	}
 	return out, nil
 }
