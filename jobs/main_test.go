@@ -3,7 +3,6 @@ package jobs_test
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -16,6 +15,7 @@ import (
 	"github.com/idemdev/idem/driver/postgres"
 	"github.com/idemdev/idem/internal/pgtest"
 	"github.com/idemdev/idem/jobs"
+	"github.com/jackc/pgx/v5/stdlib"
 )
 
 func TestMain(m *testing.M) {
@@ -139,8 +139,8 @@ func effectWorker(worker string) jobs.Worker[testArgs] {
 
 // rebindFor picks the placeholder style from the pool's driver.
 func rebindFor(db *sql.DB, query string) string {
-	if fmt.Sprintf("%T", db.Driver()) == "*sqlite3.SQLiteDriver" {
-		return query
+	if _, pg := db.Driver().(*stdlib.Driver); !pg {
+		return query // either SQLite driver: mattn's (cgo) or modernc's
 	}
 	return postgres.Rebind(query)
 }
