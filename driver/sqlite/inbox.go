@@ -37,7 +37,7 @@ func (d *Driver) InboxRecord(ctx context.Context, q driver.Executor, source, id,
 // InboxPrune deletes records received at least olderThan ago.
 func (d *Driver) InboxPrune(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
 	n, err := d.w.Exec(ctx, `DELETE FROM idem_inbox WHERE (source, message_id) IN (
-	SELECT source, message_id FROM idem_inbox WHERE received_at <= ? LIMIT ?)`, d.nowMS()-ms(olderThan), limit)
+	SELECT source, message_id FROM idem_inbox WHERE received_at <= ? LIMIT ? + 0)`, d.nowMS()-ms(olderThan), limit)
 	if err != nil {
 		return 0, fmt.Errorf("sqlite: inbox prune: %w", err)
 	}

@@ -278,7 +278,7 @@ func (d *Driver) claimIn(ctx context.Context, tx *wtx, now int64, p driver.Claim
 	lease_id = ?2, lease_until = ?1 + ?3, worker = ?4, attempted_at = ?1, updated_at = ?1
 	WHERE id IN (SELECT id FROM idem_jobs WHERE state = 'available' AND queue = ?5 AND run_at <= ?1
 		AND NOT EXISTS (SELECT 1 FROM idem_job_queues p WHERE p.queue = ?5 AND p.paused_at IS NOT NULL)
-		ORDER BY priority, run_at, id LIMIT ?6)
+		ORDER BY priority, run_at, id LIMIT ?6 + 0)
 	RETURNING `+claimCols, now, p.LeaseID, ms(p.Lease), p.Worker, p.Queue, p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: claim jobs: %w", err)
@@ -294,7 +294,7 @@ func (d *Driver) claimIn(ctx context.Context, tx *wtx, now int64, p driver.Claim
 	run_at = ?1, lease_until = NULL, updated_at = ?1,
 	errors = `+appendError(`'lease expired: worker ' || worker || ' stopped heartbeating'`)+`
 	WHERE id IN (SELECT id FROM idem_jobs WHERE state = 'running' AND queue = ?2 AND lease_until <= ?1
-		ORDER BY lease_until LIMIT ?3)`, now, p.Queue, p.RescueLimit); err != nil {
+		ORDER BY lease_until LIMIT ?3 + 0)`, now, p.Queue, p.RescueLimit); err != nil {
 			return nil, fmt.Errorf("sqlite: rescue jobs: %w", err)
 		}
 	}
@@ -698,7 +698,7 @@ func (d *Driver) missingOrConflict(ctx context.Context, id int64) error {
 func (d *Driver) PruneJobs(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
 	now := d.nowMS()
 	n, err := d.w.Exec(ctx, `DELETE FROM idem_jobs WHERE id IN (SELECT id FROM idem_jobs
-	WHERE state IN ('completed', 'cancelled') AND finalized_at <= ?1 LIMIT ?2)`, now-ms(olderThan), limit)
+	WHERE state IN ('completed', 'cancelled') AND finalized_at <= ?1 LIMIT ?2 + 0)`, now-ms(olderThan), limit)
 	if err != nil {
 		return 0, fmt.Errorf("sqlite: prune jobs: %w", err)
 	}

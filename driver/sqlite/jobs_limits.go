@@ -24,7 +24,7 @@ func (d *Driver) claimLimited(ctx context.Context, tx *wtx, now int64, p driver.
 	run_at = ?1, lease_until = NULL, updated_at = ?1,
 	errors = `+appendError(`'lease expired: worker ' || worker || ' stopped heartbeating'`)+`
 	WHERE id IN (SELECT id FROM idem_jobs WHERE state = 'running' AND queue = ?2 AND lease_until <= ?1
-		ORDER BY lease_until LIMIT ?3)`, now, p.Queue, p.RescueLimit); err != nil {
+		ORDER BY lease_until LIMIT ?3 + 0)`, now, p.Queue, p.RescueLimit); err != nil {
 			return nil, fmt.Errorf("sqlite: rescue jobs: %w", err)
 		}
 	}
@@ -53,14 +53,14 @@ run AS (
 cand AS (
 	SELECT id, priority, run_at, CASE WHEN ?7 THEN coalesce(partition_key, '') ELSE '' END AS part
 	FROM idem_jobs WHERE state = 'available' AND queue = ?5 AND run_at <= ?1
-	ORDER BY priority, run_at, id LIMIT ?9),
+	ORDER BY priority, run_at, id LIMIT ?9 + 0),
 ranked AS (
 	SELECT cand.id, cand.priority, cand.run_at,
 		row_number() OVER (PARTITION BY cand.part ORDER BY cand.priority, cand.run_at, cand.id) + coalesce(run.n, 0) AS pos
 	FROM cand LEFT JOIN run ON run.part = cand.part)
 UPDATE idem_jobs SET state = 'running', attempt = attempt + 1,
 	lease_id = ?2, lease_until = ?1 + ?3, worker = ?4, attempted_at = ?1, updated_at = ?1
-	WHERE id IN (SELECT id FROM ranked WHERE pos <= ?8 ORDER BY priority, run_at, id LIMIT ?6)
+	WHERE id IN (SELECT id FROM ranked WHERE pos <= ?8 ORDER BY priority, run_at, id LIMIT ?6 + 0)
 	RETURNING `+claimCols, now, p.LeaseID, ms(p.Lease), p.Worker, p.Queue, limit, p.PerPartition, conc, max(limit*16, 1000))
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: claim jobs: %w", err)

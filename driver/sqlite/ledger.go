@@ -440,13 +440,13 @@ func (d *Driver) pruneStep(ctx context.Context, tx *wtx, now int64, kinds *[3]pr
 	// those past both windows, which would read them all when there are
 	// none.
 	const window = `SELECT rowid FROM (SELECT rowid, tombstone_until AS until FROM idem_keys
-		WHERE state IN ('succeeded', 'failed') AND expires_at <= ?1 LIMIT ?2) WHERE until `
+		WHERE state IN ('succeeded', 'failed') AND expires_at <= ?1 LIMIT ?2 + 0) WHERE until `
 	for i, stmts := range [3][]string{
 		{`DELETE FROM idem_keys WHERE rowid IN (` + window + `<= ?1)`,
 			`UPDATE idem_keys SET state = 'tombstone', status = 0, meta = NULL, body = NULL, updated_at = ?1
 		WHERE rowid IN (` + window + `> ?1)`},
-		{`DELETE FROM idem_keys WHERE rowid IN (SELECT rowid FROM idem_keys WHERE state = 'tombstone' AND tombstone_until <= ?1 LIMIT ?2)`},
-		{`DELETE FROM idem_keys WHERE rowid IN (SELECT rowid FROM idem_keys WHERE state = 'released' AND updated_at + retention_ms <= ?1 LIMIT ?2)`},
+		{`DELETE FROM idem_keys WHERE rowid IN (SELECT rowid FROM idem_keys WHERE state = 'tombstone' AND tombstone_until <= ?1 LIMIT ?2 + 0)`},
+		{`DELETE FROM idem_keys WHERE rowid IN (SELECT rowid FROM idem_keys WHERE state = 'released' AND updated_at + retention_ms <= ?1 LIMIT ?2 + 0)`},
 	} {
 		k := &kinds[i]
 		lim := min(rows, limit-k.done)

@@ -19,8 +19,8 @@ import (
 type writer struct {
 	sem       chan struct{}
 	conn      *sql.Conn
-	ex        driver.Executor // conn
-	closed    chan struct{}   // closed by close: later statements fail at once
+	st        *stmts        // conn's prepared statements: its Executor
+	closed    chan struct{} // closed by close: later statements fail at once
 	closeOnce sync.Once
 	closeErr  error
 	// waiting counts the callers blocked in lock: a long holder (a prune)
@@ -37,7 +37,7 @@ type writer struct {
 }
 
 func newWriter(conn *sql.Conn) *writer {
-	return &writer{sem: make(chan struct{}, 1), conn: conn, ex: driver.SQL(conn), closed: make(chan struct{})}
+	return &writer{sem: make(chan struct{}, 1), conn: conn, st: newStmts(conn), closed: make(chan struct{})}
 }
 
 // errClosed answers a statement sent after Close.
@@ -101,7 +101,7 @@ func (w *writer) close() error {
 	w.closeOnce.Do(func() {
 		w.sem <- struct{}{}
 		close(w.closed)
-		w.closeErr = w.conn.Close()
+		w.closeErr = errors.Join(w.st.close(), w.conn.Close())
 		<-w.sem // a waiter that takes it sees closed and gives it back
 	})
 	return w.closeErr
@@ -113,7 +113,7 @@ func (w *writer) Exec(ctx context.Context, query string, args ...any) (int64, er
 		return 0, err
 	}
 	defer w.unlock()
-	return w.ex.Exec(ctx, query, args...)
+	return w.st.Exec(ctx, query, args...)
 }
 
 // Query runs one statement on the writer, which stays taken until the rows
@@ -122,12 +122,12 @@ func (w *writer) Query(ctx context.Context, query string, args ...any) (driver.R
 	if err := w.lock(ctx); err != nil {
 		return nil, err
 	}
-	rows, err := w.conn.QueryContext(ctx, query, args...)
+	rows, err := w.st.query(ctx, query, args...)
 	if err != nil {
 		w.unlock()
 		return nil, err
 	}
-	return &lockedRows{Rows: rows, unlock: w.unlock}, nil
+	return &lockedRows{stmtRows: rows, unlock: w.unlock}, nil
 }
 
 // QueryRow runs one statement on the writer when its row is scanned.
@@ -137,7 +137,7 @@ func (w *writer) QueryRow(ctx context.Context, query string, args ...any) driver
 			return err
 		}
 		defer w.unlock()
-		return w.conn.QueryRowContext(ctx, query, args...).Scan(dest...)
+		return w.st.QueryRow(ctx, query, args...).Scan(dest...)
 	})
 }
 
@@ -146,13 +146,13 @@ type lazyRow func(dest ...any) error
 func (r lazyRow) Scan(dest ...any) error { return r(dest...) }
 
 type lockedRows struct {
-	*sql.Rows
+	*stmtRows
 	unlock func()
 	closed bool
 }
 
 func (r *lockedRows) Close() error {
-	err := r.Rows.Close()
+	err := r.stmtRows.Close()
 	if !r.closed {
 		r.closed = true
 		r.unlock()
@@ -166,7 +166,7 @@ func (w *writer) begin(ctx context.Context) (*wtx, error) {
 	if err := w.lock(ctx); err != nil {
 		return nil, err
 	}
-	if _, err := w.conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+	if _, err := w.st.Exec(ctx, `BEGIN IMMEDIATE`); err != nil {
 		w.unlock()
 		return nil, err
 	}
@@ -225,7 +225,7 @@ func (t *wtx) release() error {
 	return nil
 }
 
-func (t *wtx) ex() driver.Executor { return t.w.ex }
+func (t *wtx) ex() driver.Executor { return t.w.st }
 
 func (t *wtx) Exec(ctx context.Context, query string, args ...any) (int64, error) {
 	return t.ex().Exec(ctx, query, args...)
@@ -248,8 +248,8 @@ func (t *wtx) Commit() error {
 	t.done = true
 	// Not under a caller's context: a COMMIT cut short would leave the
 	// outcome unknown for nothing.
-	if _, err := t.w.conn.ExecContext(context.Background(), `COMMIT`); err != nil {
-		t.w.conn.ExecContext(context.Background(), `ROLLBACK`)
+	if _, err := t.w.st.Exec(context.Background(), `COMMIT`); err != nil {
+		t.w.st.Exec(context.Background(), `ROLLBACK`)
 		return errors.Join(fmt.Errorf("commit: %w", err), t.release())
 	}
 	return t.release()
@@ -262,7 +262,7 @@ func (t *wtx) Rollback() error {
 		return nil
 	}
 	t.done = true
-	_, err := t.w.conn.ExecContext(context.Background(), `ROLLBACK`)
+	_, err := t.w.st.Exec(context.Background(), `ROLLBACK`)
 	return errors.Join(err, t.release())
 }
 
@@ -271,6 +271,6 @@ func (t *wtx) Rollback() error {
 func (w *writer) breakOff() {
 	w.closeOnce.Do(func() {
 		close(w.closed)
-		w.closeErr = w.conn.Close()
+		w.closeErr = errors.Join(w.st.close(), w.conn.Close())
 	})
 }
