@@ -1,0 +1,193 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// The gateway in a process of its own: `idem serve`, as a user runs it,
+// started by the bench through Options.GatewayCommand and always ended
+// (and waited for) before the row returns, whatever went wrong.
+
+// gatewayStartTimeout bounds how long `idem serve` may take to listen
+// (it opens and migrates its ledger first).
+const gatewayStartTimeout = time.Minute
+
+// gatewayStopTimeout bounds its drain after SIGTERM; then it is killed.
+const gatewayStopTimeout = 15 * time.Second
+
+var listeningRE = regexp.MustCompile(`idem serve: listening on (http://[0-9A-Za-z.:\[\]]+)`)
+
+// gatewayProc is one running `idem serve`.
+type gatewayProc struct {
+	cmd  *exec.Cmd
+	url  string // http://127.0.0.1:port
+	pid  int
+	tail *tailWriter // the last of its stderr, for errors
+	done chan struct{}
+	err  error // from Wait, once done is closed
+}
+
+// startGatewayProc runs command("serve", …, more…) in front of upstream
+// on the ledger at dbURL and waits until it listens. On any error the process is
+// killed and waited for before startGatewayProc returns.
+func startGatewayProc(ctx context.Context, command func(args ...string) *exec.Cmd, upstream, dbURL string, more ...string) (*gatewayProc, error) {
+	cmd := command(append([]string{"serve", "--listen", "127.0.0.1:0", "--upstream", upstream, "--db", dbURL, "--log-level", "warn"}, more...)...)
+	if cmd == nil {
+		return nil, errors.New("GatewayCommand returned no command")
+	}
+	setDeathSignal(cmd)
+	p := &gatewayProc{cmd: cmd, tail: &tailWriter{max: 4 << 10}, done: make(chan struct{})}
+	cmd.Stdout = p.tail
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting idem serve: %w", err)
+	}
+	p.pid = cmd.Process.Pid
+	ready := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			p.tail.Write([]byte(line + "\n"))
+			if m := listeningRE.FindStringSubmatch(line); m != nil {
+				select {
+				case ready <- m[1]:
+				default:
+				}
+			}
+		}
+		io.Copy(io.Discard, stderr)
+		p.err = cmd.Wait() // after the pipe is read to its end, as Wait wants
+		close(p.done)
+	}()
+	t := time.NewTimer(gatewayStartTimeout)
+	defer t.Stop()
+	select {
+	case p.url = <-ready:
+		return p, nil
+	case <-p.done:
+		return nil, fmt.Errorf("idem serve exited before it listened (%v): %s", p.err, p.tail.String())
+	case <-ctx.Done():
+		p.kill()
+		return nil, fmt.Errorf("idem serve: %w", ctx.Err())
+	case <-t.C:
+		p.kill()
+		return nil, fmt.Errorf("idem serve did not listen within %v: %s", gatewayStartTimeout, p.tail.String())
+	}
+}
+
+// kill ends the process at once and waits for it.
+func (p *gatewayProc) kill() {
+	p.cmd.Process.Kill()
+	<-p.done
+}
+
+// stop asks the process to drain and stop (SIGTERM), kills it if it has
+// not within gatewayStopTimeout, and waits for it. It returns an error
+// when the process had already exited, or did not stop cleanly.
+func (p *gatewayProc) stop() error {
+	select {
+	case <-p.done:
+		return fmt.Errorf("idem serve exited while it was measured (%v): %s", p.err, p.tail.String())
+	default:
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		p.kill()
+		return nil
+	}
+	t := time.NewTimer(gatewayStopTimeout)
+	defer t.Stop()
+	select {
+	case <-p.done:
+		if p.err != nil {
+			return fmt.Errorf("idem serve did not stop cleanly (%v): %s", p.err, p.tail.String())
+		}
+		return nil
+	case <-t.C:
+		p.kill()
+		return fmt.Errorf("idem serve did not stop within %v of SIGTERM; killed", gatewayStopTimeout)
+	}
+}
+
+// alive reports an error when the process has exited.
+func (p *gatewayProc) alive() error {
+	select {
+	case <-p.done:
+		return fmt.Errorf("idem serve exited while it was measured (%v): %s", p.err, p.tail.String())
+	default:
+		return nil
+	}
+}
+
+// procMemory reads a process's resident set now and its peak since the
+// last resetProcPeak (Linux /proc/PID/status VmRSS and VmHWM), in bytes;
+// zeros where unknown.
+func procMemory(pid int) (rss, peak uint64) {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok || (k != "VmRSS" && k != "VmHWM") {
+			continue
+		}
+		kb, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+		if err != nil {
+			continue
+		}
+		if k == "VmRSS" {
+			rss = kb << 10
+		} else {
+			peak = kb << 10
+		}
+	}
+	return rss, peak
+}
+
+// resetProcPeak restarts the kernel's peak-RSS count of a process from its
+// resident set now (Linux: clear_refs 5); elsewhere it does nothing.
+func resetProcPeak(pid int) {
+	os.WriteFile("/proc/"+strconv.Itoa(pid)+"/clear_refs", []byte("5"), 0)
+}
+
+// tailWriter keeps the last max bytes written to it.
+type tailWriter struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (w *tailWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.b = append(w.b, p...)
+	if over := len(w.b) - w.max; over > 0 {
+		w.b = append(w.b[:0], w.b[over:]...)
+	}
+	return len(p), nil
+}
+
+func (w *tailWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return strings.TrimSpace(string(w.b))
+}
