@@ -34,6 +34,7 @@ type gatewayProc struct {
 	cmd  *exec.Cmd
 	url  string // http://127.0.0.1:port
 	pid  int
+	idle uint64 // its resident set once it listened, before any load (bytes; 0 where unknown)
 	tail *tailWriter // the last of its stderr, for errors
 	done chan struct{}
 	err  error // from Wait, once done is closed
@@ -80,6 +81,7 @@ func startGatewayProc(ctx context.Context, command func(args ...string) *exec.Cm
 	defer t.Stop()
 	select {
 	case p.url = <-ready:
+		p.idle, _ = procMemory(p.pid)
 		return p, nil
 	case <-p.done:
 		return nil, fmt.Errorf("idem serve exited before it listened (%v): %s", p.err, p.tail.String())

@@ -108,16 +108,22 @@ func (r *runner) memoryRowsFor(ctx context.Context, slice time.Duration) (rows [
 // memoryMeasure runs the row Options.Runs times and returns the median
 // run.
 func (r *runner) memoryMeasure(ctx context.Context, slice time.Duration, sides [2]memSide) ([]Result, error) {
+	var peaks []string
 	row, err := r.medianRun(func(int) (Result, error) {
 		where := "in this process"
 		if sides[0].proc != nil {
 			where = "idem serve in its own process"
 		}
 		r.progress("gateway 1 MiB responses, %d connections: idem gateway (%s), bare httputil.ReverseProxy", largeInFlight, where)
-		return memoryRun(ctx, r.db, slice, sides)
+		res, err := memoryRun(ctx, r.db, slice, sides)
+		peaks = append(peaks, fmt.Sprintf("%.0f", res.PeakRSSMegabytes))
+		return res, err
 	})
 	if err != nil {
 		return nil, err
+	}
+	if len(peaks) > 1 {
+		row.Note = joinNote(row.Note, "the gateway's peak RSS in each run: "+strings.Join(peaks, ", ")+" MiB")
 	}
 	return []Result{row}, nil
 }
@@ -138,7 +144,7 @@ func memoryRun(ctx context.Context, db *database, slice time.Duration, sides [2]
 	var (
 		st    [2]Stat
 		peaks [2]memPeak
-		idle  [2]uint64 // resident set at the start of each side's first slice
+		idle  [2]uint64 // resident set before the side's first slice (the gateway process: before any load)
 		self  uint64    // this process's peak while a side in another process ran
 	)
 	for round := range 2 {
@@ -148,9 +154,7 @@ func memoryRun(ctx context.Context, db *database, slice time.Duration, sides [2]
 			resetPeakRSS() // this process's peak starts again from its resident set now
 			if sd.proc != nil {
 				resetProcPeak(sd.proc.pid)
-				if idle[i] == 0 {
-					idle[i], _ = procMemory(sd.proc.pid)
-				}
+				idle[i] = sd.proc.idle // once it listened, before any run
 			} else if idle[i] == 0 {
 				idle[i] = uint64(peakRSS() * (1 << 20))
 			}
