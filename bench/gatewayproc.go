@@ -27,15 +27,21 @@ const gatewayStartTimeout = time.Minute
 // gatewayStopTimeout bounds its drain after SIGTERM; then it is killed.
 const gatewayStopTimeout = 15 * time.Second
 
-var listeningRE = regexp.MustCompile(`idem serve: listening on (http://[0-9A-Za-z.:\[\]]+)`)
+var (
+	listeningRE = regexp.MustCompile(`idem serve: listening on (http://[0-9A-Za-z.:\[\]]+)`)
+	// A collection's line of GODEBUG=gctrace=1: the heap at its start,
+	// at its end, and live (marked), then the heap goal, in MiB.
+	gctraceRE = regexp.MustCompile(`^gc \d+ @.* (\d+)->(\d+)->(\d+) MB, (\d+) MB goal`)
+)
 
 // gatewayProc is one running `idem serve`.
 type gatewayProc struct {
 	cmd  *exec.Cmd
 	url  string // http://127.0.0.1:port
 	pid  int
-	idle uint64 // its resident set once it listened, before any load (bytes; 0 where unknown)
+	idle uint64      // its resident set once it listened, before any load (bytes; 0 where unknown)
 	tail *tailWriter // the last of its stderr, for errors
+	gc   gcPeaks
 	done chan struct{}
 	err  error // from Wait, once done is closed
 }
@@ -49,6 +55,17 @@ func startGatewayProc(ctx context.Context, command func(args ...string) *exec.Cm
 		return nil, errors.New("GatewayCommand returned no command")
 	}
 	setDeathSignal(cmd)
+	// The collector reports each collection on stderr: the Go heap's
+	// peaks, read from outside.
+	env := cmd.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	godebug := "gctrace=1"
+	if v := envOf(cmd, "GODEBUG"); v != "unset" && v != "" {
+		godebug = v + ",gctrace=1"
+	}
+	cmd.Env = append(env, "GODEBUG="+godebug)
 	p := &gatewayProc{cmd: cmd, tail: &tailWriter{max: 4 << 10}, done: make(chan struct{})}
 	cmd.Stdout = p.tail
 	stderr, err := cmd.StderrPipe()
@@ -65,6 +82,10 @@ func startGatewayProc(ctx context.Context, command func(args ...string) *exec.Cm
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
 			line := sc.Text()
+			if m := gctraceRE.FindStringSubmatch(line); m != nil {
+				p.gc.add(m[1:])
+				continue
+			}
 			p.tail.Write([]byte(line + "\n"))
 			if m := listeningRE.FindStringSubmatch(line); m != nil {
 				select {
@@ -169,6 +190,33 @@ func procMemory(pid int) (rss, peak uint64) {
 // resident set now (Linux: clear_refs 5); elsewhere it does nothing.
 func resetProcPeak(pid int) {
 	os.WriteFile("/proc/"+strconv.Itoa(pid)+"/clear_refs", []byte("5"), 0)
+}
+
+// gcPeaks are the largest Go heap figures of the collections reported
+// since the last take, in MiB.
+type gcPeaks struct {
+	mu                     sync.Mutex
+	start, live, goal, gcs uint64
+}
+
+func (g *gcPeaks) add(mib []string) {
+	var v [4]uint64
+	for i, s := range mib {
+		v[i], _ = strconv.ParseUint(s, 10, 64)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.start, g.live, g.goal = max(g.start, v[0]), max(g.live, v[2]), max(g.goal, v[3])
+	g.gcs++
+}
+
+// take returns the peaks and starts them again.
+func (g *gcPeaks) take() (start, live, goal, gcs uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	start, live, goal, gcs = g.start, g.live, g.goal, g.gcs
+	g.start, g.live, g.goal, g.gcs = 0, 0, 0, 0
+	return start, live, goal, gcs
 }
 
 // tailWriter keeps the last max bytes written to it.

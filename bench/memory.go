@@ -154,6 +154,7 @@ func memoryRun(ctx context.Context, db *database, slice time.Duration, sides [2]
 			resetPeakRSS() // this process's peak starts again from its resident set now
 			if sd.proc != nil {
 				resetProcPeak(sd.proc.pid)
+				sd.proc.gc.take()      // what earlier runs' collections saw
 				idle[i] = sd.proc.idle // once it listened, before any run
 			} else if idle[i] == 0 {
 				idle[i] = uint64(peakRSS() * (1 << 20))
@@ -180,6 +181,8 @@ func memoryRun(ctx context.Context, db *database, slice time.Duration, sides [2]
 				}
 				_, peak := procMemory(sd.proc.pid)
 				q.rss = max(q.rss, peak)
+				start, live, goal, gcs := sd.proc.gc.take()
+				q.heap, q.live, q.goal, q.gcs = max(q.heap, start<<20), max(q.live, live<<20), max(q.goal, goal<<20), q.gcs+gcs
 				self = max(self, uint64(peakRSS()*(1<<20)))
 			} else {
 				q.rss = max(q.rss, uint64(peakRSS()*(1<<20)))
@@ -198,10 +201,10 @@ func memoryRun(ctx context.Context, db *database, slice time.Duration, sides [2]
 	g, b := peaks[0], peaks[1]
 	rise := func(peak, idle uint64) uint64 { return peak - min(peak, idle) }
 	if p := sides[0].proc; p != nil {
-		res.Note = fmt.Sprintf("gateway: idem serve in a process of its own (GOMEMLIMIT %s, GOGC %s), that process's peak RSS (VmHWM): %.0f MiB, %.2f× the %.0f MiB of responses in flight; %.0f MiB above its %.0f MiB idle, %.2f×; this process (load generator, upstream) meanwhile %.0f MiB; cpu µs/op is this process's alone. "+
+		res.Note = fmt.Sprintf("gateway: idem serve in a process of its own (GOMEMLIMIT %s, GOGC %s), that process's peak RSS (VmHWM): %.0f MiB, %.2f× the %.0f MiB of responses in flight; %.0f MiB above its %.0f MiB idle, %.2f×; its Go heap (gctrace, %d collections): at most %.0f MiB when a collection started, %.0f MiB live after one, goal %.0f MiB; this process (load generator, upstream) meanwhile %.0f MiB; cpu µs/op is this process's alone. "+
 			"Bare httputil.ReverseProxy in this process (with the load generator and upstream): peak RSS of the whole process %.0f MiB, %.0f MiB above %.0f MiB; Go heap peak %.0f MiB",
 			envOf(p.cmd, "GOMEMLIMIT"), envOf(p.cmd, "GOGC"), mib(g.rss), mib(g.rss)/inFlight, inFlight, mib(rise(g.rss, idle[0])), mib(idle[0]), mib(rise(g.rss, idle[0]))/inFlight,
-			mib(self), mib(b.rss), mib(rise(b.rss, idle[1])), mib(idle[1]), mib(b.heap))
+			g.gcs, mib(g.heap), mib(g.live), mib(g.goal), mib(self), mib(b.rss), mib(rise(b.rss, idle[1])), mib(idle[1]), mib(b.heap))
 		return res, nil
 	}
 	limit := "off"
