@@ -186,6 +186,23 @@ func procMemory(pid int) (rss, peak uint64) {
 	return rss, peak
 }
 
+// procCPU is the CPU time (user and system) a process has used (Linux
+// /proc/PID/stat, at the usual 100 clock ticks a second); 0 where unknown.
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	_, rest, ok := strings.Cut(string(b), ") ") // after the command's name, which may hold spaces
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseUint(f[11], 10, 64)
+	stime, _ := strconv.ParseUint(f[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
 // resetProcPeak restarts the kernel's peak-RSS count of a process from its
 // resident set now (Linux: clear_refs 5); elsewhere it does nothing.
 func resetProcPeak(pid int) {

@@ -144,8 +144,9 @@ func memoryRun(ctx context.Context, db *database, slice time.Duration, sides [2]
 	var (
 		st    [2]Stat
 		peaks [2]memPeak
-		idle  [2]uint64 // resident set before the side's first slice (the gateway process: before any load)
-		self  uint64    // this process's peak while a side in another process ran
+		idle  [2]uint64     // resident set before the side's first slice (the gateway process: before any load)
+		self  uint64        // this process's peak while a side in another process ran
+		gwCPU time.Duration // the gateway process's CPU time while it was measured
 	)
 	for round := range 2 {
 		for k := range 2 {
@@ -159,9 +160,14 @@ func memoryRun(ctx context.Context, db *database, slice time.Duration, sides [2]
 			} else if idle[i] == 0 {
 				idle[i] = uint64(peakRSS() * (1 << 20))
 			}
-			var smp *memSampler
+			var (
+				smp  *memSampler
+				cpu0 time.Duration
+			)
 			if sd.proc == nil {
 				smp = startMemSampler()
+			} else {
+				cpu0 = procCPU(sd.proc.pid)
 			}
 			var (
 				s   Stat
@@ -179,6 +185,7 @@ func memoryRun(ctx context.Context, db *database, slice time.Duration, sides [2]
 				if aerr := sd.proc.alive(); aerr != nil {
 					return Result{}, aerr
 				}
+				gwCPU += procCPU(sd.proc.pid) - cpu0 // warm-up included, as the Stat's
 				_, peak := procMemory(sd.proc.pid)
 				q.rss = max(q.rss, peak)
 				start, live, goal, gcs := sd.proc.gc.take()
@@ -201,10 +208,10 @@ func memoryRun(ctx context.Context, db *database, slice time.Duration, sides [2]
 	g, b := peaks[0], peaks[1]
 	rise := func(peak, idle uint64) uint64 { return peak - min(peak, idle) }
 	if p := sides[0].proc; p != nil {
-		res.Note = fmt.Sprintf("gateway: idem serve in a process of its own (GOMEMLIMIT %s, GOGC %s), that process's peak RSS (VmHWM): %.0f MiB, %.2f× the %.0f MiB of responses in flight; %.0f MiB above its %.0f MiB idle, %.2f×; its Go heap (gctrace, %d collections): at most %.0f MiB when a collection started, %.0f MiB live after one, goal %.0f MiB; this process (load generator, upstream) meanwhile %.0f MiB; cpu µs/op is this process's alone. "+
+		res.Note = fmt.Sprintf("gateway: idem serve in a process of its own (GOMEMLIMIT %s, GOGC %s), that process's peak RSS (VmHWM): %.0f MiB, %.2f× the %.0f MiB of responses in flight; %.0f MiB above its %.0f MiB idle, %.2f×; its CPU %.0f µs per operation; its Go heap (gctrace, %d collections): at most %.0f MiB when a collection started, %.0f MiB live after one, goal %.0f MiB; this process (load generator, upstream) meanwhile %.0f MiB; the cpu µs/op column is this process's alone. "+
 			"Bare httputil.ReverseProxy in this process (with the load generator and upstream): peak RSS of the whole process %.0f MiB, %.0f MiB above %.0f MiB; Go heap peak %.0f MiB",
 			envOf(p.cmd, "GOMEMLIMIT"), envOf(p.cmd, "GOGC"), mib(g.rss), mib(g.rss)/inFlight, inFlight, mib(rise(g.rss, idle[0])), mib(idle[0]), mib(rise(g.rss, idle[0]))/inFlight,
-			g.gcs, mib(g.heap), mib(g.live), mib(g.goal), mib(self), mib(b.rss), mib(rise(b.rss, idle[1])), mib(idle[1]), mib(b.heap))
+			float64(Stat{Ops: st[0].Ops, Elapsed: st[0].Elapsed, Wall: st[0].Wall, CPU: gwCPU}.CPUPerOp())/float64(time.Microsecond), g.gcs, mib(g.heap), mib(g.live), mib(g.goal), mib(self), mib(b.rss), mib(rise(b.rss, idle[1])), mib(idle[1]), mib(b.heap))
 		return res, nil
 	}
 	limit := "off"
