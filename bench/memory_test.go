@@ -225,3 +225,22 @@ func TestMemoryRowGatewayProcess(t *testing.T) {
 		}
 	})
 }
+
+// TestMemoryRowInProcess: without Options.GatewayCommand the row runs the
+// gateway inside the bench process and says so.
+func TestMemoryRowInProcess(t *testing.T) {
+	t.Parallel()
+	db, err := openDatabase(t.Context(), "sqlite")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.close()
+	r := &runner{o: Options{Runs: 1}, db: db}
+	res, err := r.memoryRowsFor(t.Context(), 500*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 1 || res[0].OpsPerSec <= 0 || res[0].BaselineOpsPerS <= 0 || !strings.Contains(res[0].Note, "whole bench process") {
+		t.Errorf("rows %+v", res)
+	}
+}
