@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"runtime/debug"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -71,38 +72,65 @@ func (r *runner) memoryRowsFor(ctx context.Context, slice time.Duration) (rows [
 		defer stopSides()
 		sides = [2]memSide{{name: "idem", op: idemOp}, {name: "baseline", op: bare}}
 	} else {
-		rp := httputil.NewSingleHostReverseProxy(u)
-		rp.Transport = upstreamTransport()
-		rp.ErrorLog = log.New(io.Discard, "", 0)
-		bare, stopBare, err := r.httpLoad("baseline", rp, largeInFlight)
-		if err != nil {
-			return nil, err
-		}
-		defer stopBare()
-		// The bench opens (and migrates) the gateway's database first: on
-		// a database given by URL, closing it deletes the scope's rows.
-		var dbURL string
-		_, scope, done, err := r.openLedgerURL(ctx, func(s string) string { dbURL = s; return s })
-		if err != nil {
-			return nil, err
-		}
-		defer done()
-		p, err := startGatewayProc(ctx, r.o.GatewayCommand, upstream, dbURL, "--scope-header", scopeHeader)
+		var stopGateway func() error
+		sides, stopGateway, err = r.gatewayProcSides(ctx, upstream, u)
 		if err != nil {
 			return nil, err
 		}
 		// Stopped (drained, or killed) and waited for on every way out; an
 		// unclean stop is the row's error.
 		defer func() {
-			if serr := p.stop(); serr != nil && err == nil {
+			if serr := stopGateway(); serr != nil && err == nil {
 				rows, err = nil, serr
 			}
 		}()
-		idemOp, closeIdle := keyedPOSTs(p.url, largeInFlight, http.Header{scopeHeader: {scope}})
-		defer closeIdle()
-		sides = [2]memSide{{name: "idem", op: idemOp, proc: p}, {name: "baseline", op: bare}}
 	}
 	return r.memoryMeasure(ctx, slice, sides)
+}
+
+// gatewayProcSides starts the gateway as `idem serve` in a process of
+// its own on a database of the run, and the bare proxy in this process,
+// both in front of upstream. stop ends the load's connections, the
+// process (reporting an unclean stop), the database and the bare proxy;
+// on an error everything started is ended before it returns.
+func (r *runner) gatewayProcSides(ctx context.Context, upstream string, u *url.URL) (sides [2]memSide, stop func() error, err error) {
+	var stops []func()
+	defer func() {
+		if err != nil {
+			for _, f := range slices.Backward(stops) {
+				f()
+			}
+		}
+	}()
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.Transport = upstreamTransport()
+	rp.ErrorLog = log.New(io.Discard, "", 0)
+	bare, stopBare, err := r.httpLoad("baseline", rp, largeInFlight)
+	if err != nil {
+		return sides, nil, err
+	}
+	stops = append(stops, stopBare)
+	// The bench opens (and migrates) the gateway's database first: on a
+	// database given by URL, closing it deletes the scope's rows.
+	var dbURL string
+	_, scope, done, err := r.openLedgerURL(ctx, func(s string) string { dbURL = s; return s })
+	if err != nil {
+		return sides, nil, err
+	}
+	stops = append(stops, done)
+	p, err := startGatewayProc(ctx, r.o.GatewayCommand, upstream, dbURL, "--scope-header", scopeHeader)
+	if err != nil {
+		return sides, nil, err
+	}
+	idemOp, closeIdle := keyedPOSTs(p.url, largeInFlight, http.Header{scopeHeader: {scope}})
+	sides = [2]memSide{{name: "idem", op: idemOp, proc: p}, {name: "baseline", op: bare}}
+	return sides, func() error {
+		closeIdle()
+		err := p.stop()
+		done()
+		stopBare()
+		return err
+	}, nil
 }
 
 // memoryMeasure runs the row Options.Runs times and returns the median

@@ -208,6 +208,31 @@ func TestMemoryRowGatewayProcess(t *testing.T) {
 		}
 	})
 
+	t.Run("stops uncleanly", func(t *testing.T) {
+		t.Parallel()
+		// A wrapper that, told to stop, stops idem serve and exits 3: the
+		// row must be an error, not a number.
+		g := &gatewayCmds{bin: bin(t)}
+		wrapped := func(args ...string) *exec.Cmd {
+			cmd := exec.Command("sh", append([]string{"-c", `"$0" "$@" & pid=$!; trap 'kill $pid; wait $pid; exit 3' TERM; wait $pid`, g.bin}, args...)...)
+			g.mu.Lock()
+			g.cmds = append(g.cmds, cmd)
+			g.mu.Unlock()
+			return cmd
+		}
+		db, err := openDatabase(t.Context(), "sqlite")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.close()
+		r := &runner{o: Options{Runs: 1, GatewayCommand: wrapped}, db: db}
+		rows, err := r.memoryRowsFor(t.Context(), 500*time.Millisecond)
+		g.checkReaped(t)
+		if err == nil || !strings.Contains(err.Error(), "did not stop cleanly") {
+			t.Errorf("rows %v, err %v; want an unclean stop's error", rows, err)
+		}
+	})
+
 	t.Run("dies while measured", func(t *testing.T) {
 		t.Parallel()
 		g := &gatewayCmds{bin: bin(t)}
