@@ -27,6 +27,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -103,6 +104,15 @@ type Options struct {
 	Runs int
 	// Progress, when set, receives one line per measurement as it starts.
 	Progress io.Writer
+	// GatewayCommand, when set, returns the command that runs the idem
+	// CLI with args (`idem serve …`): the memory row then measures the
+	// gateway as a user runs it, in a process of its own, and reports that
+	// process's peak RSS. The bench sets the command's stdout, stderr and
+	// (on Linux) a death signal, and ends and waits for the process before
+	// the row returns. `idem bench` passes its own executable. Without it
+	// the memory row runs the gateway inside this process and reports the
+	// whole process's peak.
+	GatewayCommand func(args ...string) *exec.Cmd
 }
 
 // MaxRuns bounds Options.Runs.

@@ -7,13 +7,11 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"math"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"runtime/debug"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -195,6 +193,14 @@ func (r *runner) httpLoad(label string, h http.Handler, c int) (opFunc, func(), 
 	if err != nil {
 		return nil, nil, err
 	}
+	op, closeIdle := keyedPOSTs(target, c, nil)
+	return op, func() { closeIdle(); stop() }, nil
+}
+
+// keyedPOSTs returns an operation that sends target a keyed POST (a new
+// key each time, with the headers extra besides), each worker on its own
+// keep-alive connection, and a func that closes the idle connections.
+func keyedPOSTs(target string, c int, extra http.Header) (opFunc, func()) {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConnsPerHost = c
 	t.MaxConnsPerHost = c
@@ -209,6 +215,9 @@ func (r *runner) httpLoad(label string, h http.Handler, c int) (opFunc, func(), 
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", prefix+strconv.FormatInt(seq.Add(1), 10))
 		req.Header.Set("Authorization", "Bearer bench") // keys are scoped by credential; none is refused
+		for k, v := range extra {
+			req.Header[k] = v
+		}
 		resp, err := client.Do(req)
 		if err != nil {
 			return err
@@ -220,7 +229,7 @@ func (r *runner) httpLoad(label string, h http.Handler, c int) (opFunc, func(), 
 		}
 		return nil
 	})
-	return op, func() { t.CloseIdleConnections(); stop() }, nil
+	return op, t.CloseIdleConnections
 }
 
 // serve runs h on a loopback port until stop. Its goroutines carry the
@@ -244,102 +253,4 @@ func serve(label string, h http.Handler) (base string, stop func(), err error) {
 		srv.Shutdown(ctx)
 		<-done
 	}, nil
-}
-
-// Memory row: many guarded requests with large responses at once.
-const (
-	largeResponse = 1 << 20 // bytes: the gateway's default MaxResponse, stored whole
-	largeInFlight = 100     // concurrent requests
-	memorySlice   = 8 * time.Second
-)
-
-// memoryRows: largeInFlight connections of keyed POSTs whose answers are
-// largeResponse bytes, through the gateway and through a bare
-// httputil.ReverseProxy, each side's peak RSS next to the bytes in flight.
-// The gateway must hold each answer whole (it is stored before it is
-// sent); what it must not do is hold it twice.
-func (r *runner) memoryRows(ctx context.Context) ([]Result, error) {
-	large := bytes.Repeat([]byte("x"), largeResponse)
-	upstream, stop, err := serve("upstream", http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		io.Copy(io.Discard, req.Body)
-		w.Header().Set("Content-Type", "application/octet-stream")
-		w.Header().Set("Content-Length", strconv.Itoa(len(large)))
-		w.WriteHeader(http.StatusCreated)
-		w.Write(large)
-	}))
-	if err != nil {
-		return nil, err
-	}
-	defer stop()
-	u, _ := url.Parse(upstream)
-	idemOp, bare, stopSides, err := r.gatewaySides(ctx, u, largeInFlight)
-	if err != nil {
-		return nil, err
-	}
-	defer stopSides()
-
-	// Each side runs two long slices, A B then B A: long enough for many
-	// waves of 100 answers, so that what the collector leaves behind
-	// between waves shows, not only one wave's worth. With Options.Runs,
-	// the pair of slices is repeated; each run's peaks are its own.
-	slice := max(r.o.Duration/2, memorySlice)
-	row, err := r.medianRun(func(int) (Result, error) {
-		r.progress("gateway 1 MiB responses, %d connections: idem gateway, bare httputil.ReverseProxy", largeInFlight)
-		return memoryRun(ctx, r.db, slice, idemOp, bare)
-	})
-	if err != nil {
-		return nil, err
-	}
-	return []Result{row}, nil
-}
-
-// memoryRun is one run of the memory row: each side two slices, A B then
-// B A.
-func memoryRun(ctx context.Context, db *database, slice time.Duration, idemOp, bare opFunc) (Result, error) {
-	var (
-		st    [2]Stat
-		peaks [2]memPeak
-		idle  [2]uint64 // resident set at the start of each side's first slice
-	)
-	ops := [2]opFunc{idemOp, bare}
-	names := [2]string{"idem", "baseline"}
-	for round := range 2 {
-		for k := range 2 {
-			i := k ^ round
-			resetPeakRSS() // the peak starts again from the resident set now
-			if idle[i] == 0 {
-				idle[i] = uint64(peakRSS() * (1 << 20))
-			}
-			smp := startMemSampler()
-			var (
-				s   Stat
-				err error
-			)
-			pprof.Do(ctx, pprof.Labels("side", names[i]), func(ctx context.Context) {
-				s, err = closedLoop(ctx, largeInFlight, warmup(slice), slice, ops[i])
-			})
-			p := smp.Stop()
-			if err != nil {
-				return Result{}, fmt.Errorf("1 MiB responses: %w", err)
-			}
-			st[i].add(s)
-			q := &peaks[i]
-			q.heap, q.goal, q.goMapped = max(q.heap, p.heap), max(q.goal, p.goal), max(q.goMapped, p.goMapped)
-			q.rss = max(q.rss, uint64(peakRSS()*(1<<20)))
-		}
-	}
-	res := newResult(GroupMemory, "gateway 1 MiB responses", "bare httputil.ReverseProxy, same upstream",
-		db, largeInFlight, 2*slice, st[0], st[1], true)
-	mib := func(b uint64) float64 { return float64(b) / (1 << 20) }
-	res.PeakRSSMegabytes = mib(peaks[0].rss)
-	inFlight := float64(largeInFlight*largeResponse) / (1 << 20)
-	limit := "off"
-	if n := debug.SetMemoryLimit(-1); n < math.MaxInt64 {
-		limit = fmt.Sprintf("%.0f MiB", mib(uint64(n)))
-	}
-	res.Note = fmt.Sprintf("Go memory limit (GOMEMLIMIT) %s; peak RSS of the whole bench process while each side ran: gateway %.0f MiB (%.2f× the %.0f MiB of responses in flight; %.0f MiB above the %.0f MiB resident before it, %.2f×; Go heap peak %.0f MiB, heap goal %.0f MiB, Go-mapped %.0f MiB), bare proxy %.0f MiB (%.0f MiB above %.0f MiB; Go heap peak %.0f MiB)",
-		limit, mib(peaks[0].rss), mib(peaks[0].rss)/inFlight, inFlight, mib(peaks[0].rss-idle[0]), mib(idle[0]), mib(peaks[0].rss-idle[0])/inFlight,
-		mib(peaks[0].heap), mib(peaks[0].goal), mib(peaks[0].goMapped),
-		mib(peaks[1].rss), mib(peaks[1].rss-idle[1]), mib(idle[1]), mib(peaks[1].heap))
-	return res, nil
 }

@@ -80,6 +80,7 @@ type memSampler struct {
 // bytes.
 type memPeak struct {
 	heap, goal, goMapped, rss uint64
+	live, gcs                 uint64 // another process's: its live heap's peak, and how many collections it reported
 }
 
 func startMemSampler() *memSampler {

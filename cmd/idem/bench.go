@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -49,8 +50,10 @@ latency and the ratio idem/baseline:
                prunes all of them, three times: the ledger's size after each
                fill and prune, each prune's rate vs the first's
   memory       (only when asked for) 100 keyed POSTs at once whose answers
-               are 1 MiB each, through the gateway vs a bare ReverseProxy:
-               each side's peak RSS next to the 100 MiB in flight
+               are 1 MiB each, through the gateway (idem serve, started as
+               a process of its own on the same database) vs a bare
+               ReverseProxy in this process: the gateway process's peak RSS
+               next to the 100 MiB in flight
 
 --db sqlite (the default) measures a new file in a temporary directory
 (synchronous=FULL); --db postgres starts a throwaway PostgreSQL cluster from
@@ -105,6 +108,10 @@ See docs/performance.md.`)
 		return usageError(fs, stderr, "--runs %d: want 1…%d", *runs, bench.MaxRuns)
 	}
 	opts := &bench.Options{DB: spec, Duration: *dur, Concurrency: cs, Groups: groups, Keys: *keys, Runs: *runs, CyclePause: *pause, Progress: stderr}
+	if exe, err := os.Executable(); err == nil {
+		// The memory row runs the gateway as `idem serve`, a process of its own.
+		opts.GatewayCommand = func(args ...string) *exec.Cmd { return exec.Command(exe, args...) }
+	}
 	if *dur < 100*time.Millisecond || *dur > time.Hour {
 		return usageError(fs, stderr, "--duration %v: want 100ms…1h", *dur)
 	}

@@ -140,10 +140,36 @@ func (c *committer) commit(batch []*groupcommit.Write) {
 		}
 		c.conn = conn
 	}
-	if len(batch) == 1 && !c.setLocal {
-		c.commitOne(ctx, batch[0])
-		return
+	var large []*groupcommit.Write
+	if !c.setLocal {
+		// Large writes go alone, after the others (see execLarge).
+		for _, w := range batch {
+			if isLarge(w) {
+				large = append(large, w)
+			}
+		}
+		if len(large) > 0 {
+			batch = slices.DeleteFunc(batch, isLarge)
+		}
 	}
+	switch {
+	case len(batch) == 1 && !c.setLocal:
+		c.commitOne(ctx, batch[0])
+	case len(batch) > 0:
+		c.commitBatch(ctx, batch)
+	}
+	for i, w := range large {
+		if c.conn == nil { // a write before broke it
+			c.d.runAlone(large[i:])
+			return
+		}
+		c.commitOne(ctx, w)
+	}
+}
+
+// commitBatch sends a batch of more than one write (or any batch, behind
+// a pooler) as one pipeline on the committer's connection, then commits.
+func (c *committer) commitBatch(ctx context.Context, batch []*groupcommit.Write) {
 	slices.SortStableFunc(batch, func(a, b *groupcommit.Write) int { return strings.Compare(a.Key, b.Key) })
 
 	b := &pgx.Batch{}
@@ -209,9 +235,15 @@ func runPiped(br pgx.BatchResults, w *groupcommit.Write) error {
 // the pool, where it may wait as long as it needs.
 func (c *committer) commitOne(ctx context.Context, w *groupcommit.Write) {
 	var err error
-	if w.Row != nil {
+	switch {
+	case w.Row != nil:
 		err = w.Scan(c.conn.QueryRow(ctx, w.Query, w.Args...))
-	} else {
+	case isLarge(w):
+		var n int64
+		if n, err = execLarge(ctx, c.conn, w); err == nil {
+			err = w.Affected(n)
+		}
+	default:
 		var tag pgconn.CommandTag
 		if tag, err = c.conn.Exec(ctx, w.Query, w.Args...); err == nil {
 			err = w.Affected(tag.RowsAffected())

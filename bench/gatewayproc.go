@@ -1,0 +1,260 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// The gateway in a process of its own: `idem serve`, as a user runs it,
+// started by the bench through Options.GatewayCommand and always ended
+// (and waited for) before the row returns, whatever went wrong.
+
+// gatewayStartTimeout bounds how long `idem serve` may take to listen
+// (it opens and migrates its ledger first).
+const gatewayStartTimeout = time.Minute
+
+// gatewayStopTimeout bounds its drain after SIGTERM; then it is killed.
+const gatewayStopTimeout = 15 * time.Second
+
+var (
+	listeningRE = regexp.MustCompile(`idem serve: listening on (http://[0-9A-Za-z.:\[\]]+)`)
+	// A collection's line of GODEBUG=gctrace=1: the heap at its start,
+	// at its end, and live (marked), then the heap goal, in MiB.
+	gctraceRE = regexp.MustCompile(`^gc \d+ @.* (\d+)->(\d+)->(\d+) MB, (\d+) MB goal`)
+)
+
+// gatewayProc is one running `idem serve`.
+type gatewayProc struct {
+	cmd  *exec.Cmd
+	url  string // http://127.0.0.1:port
+	pid  int
+	idle uint64      // its resident set once it listened, before any load (bytes; 0 where unknown)
+	tail *tailWriter // the last of its stderr, for errors
+	gc   gcPeaks
+	done chan struct{}
+	err  error // from Wait, once done is closed
+}
+
+// startGatewayProc runs command("serve", …, more…) in front of upstream
+// on the ledger at dbURL and waits until it listens. On any error the process is
+// killed and waited for before startGatewayProc returns.
+func startGatewayProc(ctx context.Context, command func(args ...string) *exec.Cmd, upstream, dbURL string, more ...string) (*gatewayProc, error) {
+	cmd := command(append([]string{"serve", "--listen", "127.0.0.1:0", "--upstream", upstream, "--db", dbURL, "--log-level", "warn"}, more...)...)
+	if cmd == nil {
+		return nil, errors.New("GatewayCommand returned no command")
+	}
+	setDeathSignal(cmd)
+	// The collector reports each collection on stderr: the Go heap's
+	// peaks, read from outside.
+	env := cmd.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	godebug := "gctrace=1"
+	if v := envOf(cmd, "GODEBUG"); v != "unset" && v != "" {
+		godebug = v + ",gctrace=1"
+	}
+	cmd.Env = append(env, "GODEBUG="+godebug)
+	p := &gatewayProc{cmd: cmd, tail: &tailWriter{max: 4 << 10}, done: make(chan struct{})}
+	cmd.Stdout = p.tail
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting idem serve: %w", err)
+	}
+	p.pid = cmd.Process.Pid
+	ready := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			if m := gctraceRE.FindStringSubmatch(line); m != nil {
+				p.gc.add(m[1:])
+				continue
+			}
+			p.tail.Write([]byte(line + "\n"))
+			if m := listeningRE.FindStringSubmatch(line); m != nil {
+				select {
+				case ready <- m[1]:
+				default:
+				}
+			}
+		}
+		io.Copy(io.Discard, stderr)
+		p.err = cmd.Wait() // after the pipe is read to its end, as Wait wants
+		close(p.done)
+	}()
+	t := time.NewTimer(gatewayStartTimeout)
+	defer t.Stop()
+	select {
+	case p.url = <-ready:
+		p.idle, _ = procMemory(p.pid)
+		return p, nil
+	case <-p.done:
+		return nil, fmt.Errorf("idem serve exited before it listened (%v): %s", p.err, p.tail.String())
+	case <-ctx.Done():
+		p.kill()
+		return nil, fmt.Errorf("idem serve: %w", ctx.Err())
+	case <-t.C:
+		p.kill()
+		return nil, fmt.Errorf("idem serve did not listen within %v: %s", gatewayStartTimeout, p.tail.String())
+	}
+}
+
+// kill ends the process at once and waits for it.
+func (p *gatewayProc) kill() {
+	p.cmd.Process.Kill()
+	<-p.done
+}
+
+// stop asks the process to drain and stop (SIGTERM), kills it if it has
+// not within gatewayStopTimeout, and waits for it. It returns an error
+// when the process had already exited, or did not stop cleanly.
+func (p *gatewayProc) stop() error {
+	select {
+	case <-p.done:
+		return fmt.Errorf("idem serve exited while it was measured (%v): %s", p.err, p.tail.String())
+	default:
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		p.kill()
+		return nil
+	}
+	t := time.NewTimer(gatewayStopTimeout)
+	defer t.Stop()
+	select {
+	case <-p.done:
+		if p.err != nil {
+			return fmt.Errorf("idem serve did not stop cleanly (%v): %s", p.err, p.tail.String())
+		}
+		return nil
+	case <-t.C:
+		p.kill()
+		return fmt.Errorf("idem serve did not stop within %v of SIGTERM; killed", gatewayStopTimeout)
+	}
+}
+
+// alive reports an error when the process has exited.
+func (p *gatewayProc) alive() error {
+	select {
+	case <-p.done:
+		return fmt.Errorf("idem serve exited while it was measured (%v): %s", p.err, p.tail.String())
+	default:
+		return nil
+	}
+}
+
+// procMemory reads a process's resident set now and its peak since the
+// last resetProcPeak (Linux /proc/PID/status VmRSS and VmHWM), in bytes;
+// zeros where unknown.
+func procMemory(pid int) (rss, peak uint64) {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok || (k != "VmRSS" && k != "VmHWM") {
+			continue
+		}
+		kb, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+		if err != nil {
+			continue
+		}
+		if k == "VmRSS" {
+			rss = kb << 10
+		} else {
+			peak = kb << 10
+		}
+	}
+	return rss, peak
+}
+
+// procCPU is the CPU time (user and system) a process has used (Linux
+// /proc/PID/stat, at the usual 100 clock ticks a second); 0 where unknown.
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	_, rest, ok := strings.Cut(string(b), ") ") // after the command's name, which may hold spaces
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseUint(f[11], 10, 64)
+	stime, _ := strconv.ParseUint(f[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// resetProcPeak restarts the kernel's peak-RSS count of a process from its
+// resident set now (Linux: clear_refs 5); elsewhere it does nothing.
+func resetProcPeak(pid int) {
+	os.WriteFile("/proc/"+strconv.Itoa(pid)+"/clear_refs", []byte("5"), 0)
+}
+
+// gcPeaks are the largest Go heap figures of the collections reported
+// since the last take, in MiB.
+type gcPeaks struct {
+	mu                     sync.Mutex
+	start, live, goal, gcs uint64
+}
+
+func (g *gcPeaks) add(mib []string) {
+	var v [4]uint64
+	for i, s := range mib {
+		v[i], _ = strconv.ParseUint(s, 10, 64)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.start, g.live, g.goal = max(g.start, v[0]), max(g.live, v[2]), max(g.goal, v[3])
+	g.gcs++
+}
+
+// take returns the peaks and starts them again.
+func (g *gcPeaks) take() (start, live, goal, gcs uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	start, live, goal, gcs = g.start, g.live, g.goal, g.gcs
+	g.start, g.live, g.goal, g.gcs = 0, 0, 0, 0
+	return start, live, goal, gcs
+}
+
+// tailWriter keeps the last max bytes written to it.
+type tailWriter struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (w *tailWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.b = append(w.b, p...)
+	if over := len(w.b) - w.max; over > 0 {
+		w.b = append(w.b[:0], w.b[over:]...)
+	}
+	return len(p), nil
+}
+
+func (w *tailWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return strings.TrimSpace(string(w.b))
+}
