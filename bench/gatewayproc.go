@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/idemdev/idem/internal/syncbuf"
 )
 
 // The gateway in a process of its own: `idem serve`, as a user runs it,
@@ -39,8 +41,8 @@ type gatewayProc struct {
 	cmd  *exec.Cmd
 	url  string // http://127.0.0.1:port
 	pid  int
-	idle uint64      // its resident set once it listened, before any load (bytes; 0 where unknown)
-	tail *tailWriter // the last of its stderr, for errors
+	idle uint64        // its resident set once it listened, before any load (bytes; 0 where unknown)
+	tail *syncbuf.Tail // the last of its stderr, for errors
 	gc   gcPeaks
 	done chan struct{}
 	err  error // from Wait, once done is closed
@@ -66,7 +68,7 @@ func startGatewayProc(ctx context.Context, command func(args ...string) *exec.Cm
 		godebug = v + ",gctrace=1"
 	}
 	cmd.Env = append(env, "GODEBUG="+godebug)
-	p := &gatewayProc{cmd: cmd, tail: &tailWriter{max: 4 << 10}, done: make(chan struct{})}
+	p := &gatewayProc{cmd: cmd, tail: &syncbuf.Tail{Max: 4 << 10}, done: make(chan struct{})}
 	cmd.Stdout = p.tail
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -234,27 +236,4 @@ func (g *gcPeaks) take() (start, live, goal, gcs uint64) {
 	start, live, goal, gcs = g.start, g.live, g.goal, g.gcs
 	g.start, g.live, g.goal, g.gcs = 0, 0, 0, 0
 	return start, live, goal, gcs
-}
-
-// tailWriter keeps the last max bytes written to it.
-type tailWriter struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (w *tailWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.b = append(w.b, p...)
-	if over := len(w.b) - w.max; over > 0 {
-		w.b = append(w.b[:0], w.b[over:]...)
-	}
-	return len(p), nil
-}
-
-func (w *tailWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return strings.TrimSpace(string(w.b))
 }

@@ -11,11 +11,11 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/idemdev/idem/internal/crashpoint"
+	"github.com/idemdev/idem/internal/syncbuf"
 )
 
 // proc is a running worker process.
@@ -25,7 +25,7 @@ type proc struct {
 	pid    int
 	stdin  io.WriteCloser
 	ctl    chan wireEvent // events that are not attempts: ready, listening, claimed, error
-	stderr *tail
+	stderr *syncbuf.Tail
 	done   chan struct{}
 	err    error // cmd.Wait's answer, set before done closes
 }
@@ -64,7 +64,7 @@ func (t *trial) spawn(ctx context.Context, argv []string, crash string, events b
 	// No IDEM_* setting of the user's (IDEM_DB, IDEM_LEASE, …) may change
 	// what a worker or a gateway does: only the arguments say.
 	cmd.Env = append(withoutIdemEnv(os.Environ()), WorkerEnv+"=1", crashpoint.EnvVar+"="+crash)
-	p := &proc{t: t, cmd: cmd, ctl: make(chan wireEvent, 64), stderr: &tail{max: 8 << 10}, done: make(chan struct{})}
+	p := &proc{t: t, cmd: cmd, ctl: make(chan wireEvent, 64), stderr: &syncbuf.Tail{Max: 8 << 10}, done: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	if also != nil {
 		cmd.Stderr = io.MultiWriter(p.stderr, also)
@@ -249,26 +249,3 @@ func (p *proc) terminate() { p.cmd.Process.Signal(syscall.SIGTERM) }
 
 // resume sends SIGCONT.
 func (p *proc) resume() error { return p.cmd.Process.Signal(syscall.SIGCONT) }
-
-// tail keeps the last max bytes written to it.
-type tail struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.b = append(t.b, p...)
-	if over := len(t.b) - t.max; over > 0 {
-		t.b = append(t.b[:0], t.b[over:]...)
-	}
-	return len(p), nil
-}
-
-func (t *tail) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return strings.TrimSpace(string(t.b))
-}
