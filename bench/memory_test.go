@@ -84,12 +84,19 @@ func (g *gatewayCmds) checkReaped(t *testing.T) {
 	}
 }
 
-// buildIdem builds the idem CLI into dir (without -race: the gateway runs
-// in its own process, the race detector watches the bench's).
+// buildIdem builds the idem CLI into dir, with -race when the tests run
+// with it: not to watch the gateway (nothing here judges its speed or
+// size), but so that the build reuses the packages the race-built tests
+// compiled (a build without it compiles them all again: most of a minute
+// on a busy CI machine).
 func buildIdem(t *testing.T, dir string) string {
 	t.Helper()
 	bin := filepath.Join(dir, "idem")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/idemdev/idem/cmd/idem").CombinedOutput(); err != nil {
+	args := []string{"build", "-o", bin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	if out, err := exec.Command("go", append(args, "github.com/idemdev/idem/cmd/idem")...).CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin
