@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"math/rand/v2"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -127,7 +128,13 @@ func (r *runner) claimCompleteRow(ctx context.Context, c int) (Result, error) {
 					if err := prefill(ctx, r.handDB(handL), handL.Driver().Name(), queue, int(100_000*total)); err != nil {
 						return Result{}, err
 					}
-					st, err := closedLoop(ctx, c, warm, slice, handClaimComplete100(r.handDB(handL), handL.Driver().Name(), queue))
+					var (
+						st  Stat
+						err error
+					)
+					pprof.Do(ctx, pprof.Labels("side", "baseline"), func(ctx context.Context) {
+						st, err = closedLoop(ctx, c, warm, slice, handClaimComplete100(r.handDB(handL), handL.Driver().Name(), queue))
+					})
 					r.dropQueue(handL, queue)
 					if err != nil {
 						return Result{}, fmt.Errorf("hand-written job loop: %w", err)
@@ -141,7 +148,15 @@ func (r *runner) claimCompleteRow(ctx context.Context, c int) (Result, error) {
 				if err := prefill(ctx, idemL.DB(), idemL.Driver().Name(), queue, n); err != nil {
 					return Result{}, err
 				}
-				st, err := r.workJobs(ctx, idemL, queue, workers, n, warm, slice)
+				// The client's goroutines (producer, finisher, workers)
+				// start inside and carry the label.
+				var (
+					st  Stat
+					err error
+				)
+				pprof.Do(ctx, pprof.Labels("side", "idem"), func(ctx context.Context) {
+					st, err = r.workJobs(ctx, idemL, queue, workers, n, warm, slice)
+				})
 				r.dropQueue(idemL, queue)
 				if err != nil {
 					return Result{}, fmt.Errorf("idem jobs: %w", err)
