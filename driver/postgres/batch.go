@@ -143,18 +143,19 @@ func (c *committer) commit(batch []*groupcommit.Write) {
 	var large []*groupcommit.Write
 	if !c.setLocal {
 		// Large writes go alone, after the others (see execLarge).
+		small := batch[:0]
 		for _, w := range batch {
 			if isLarge(w) {
 				large = append(large, w)
+			} else {
+				small = append(small, w)
 			}
 		}
-		if len(large) > 0 {
-			batch = slices.DeleteFunc(batch, isLarge)
-		}
+		batch = small
 	}
 	switch {
 	case len(batch) == 1 && !c.setLocal:
-		c.commitOne(ctx, batch[0])
+		c.commitOne(ctx, batch[0], false)
 	case len(batch) > 0:
 		c.commitBatch(ctx, batch)
 	}
@@ -163,7 +164,7 @@ func (c *committer) commit(batch []*groupcommit.Write) {
 			c.d.runAlone(large[i:])
 			return
 		}
-		c.commitOne(ctx, w)
+		c.commitOne(ctx, w, true)
 	}
 }
 
@@ -231,14 +232,15 @@ func runPiped(br pgx.BatchResults, w *groupcommit.Write) error {
 }
 
 // commitOne runs a lone write as one autocommit statement on the
-// committer's connection. A lock wait past batchLockTimeout hands it to
-// the pool, where it may wait as long as it needs.
-func (c *committer) commitOne(ctx context.Context, w *groupcommit.Write) {
+// committer's connection, a large one (isLarge) by execLarge. A lock wait
+// past batchLockTimeout hands it to the pool, where it may wait as long
+// as it needs.
+func (c *committer) commitOne(ctx context.Context, w *groupcommit.Write, large bool) {
 	var err error
 	switch {
 	case w.Row != nil:
 		err = w.Scan(c.conn.QueryRow(ctx, w.Query, w.Args...))
-	case isLarge(w):
+	case large:
 		var n int64
 		if n, err = execLarge(ctx, c.conn, w); err == nil {
 			err = w.Affected(n)

@@ -40,7 +40,7 @@ func isLarge(w *groupcommit.Write) bool {
 // bound to bytea parameters go as they are, every other argument is
 // encoded as pgx encodes it. It returns the rows affected.
 func execLarge(ctx context.Context, conn *pgx.Conn, w *groupcommit.Write) (int64, error) {
-	sd, err := conn.Prepare(ctx, w.Query, w.Query) // cached on the connection after the first
+	sd, err := conn.Prepare(ctx, w.Query, w.Query) // named by the text's digest, cached on the connection after the first
 	if err != nil {
 		return 0, err
 	}
