@@ -47,9 +47,7 @@ func newStmts(conn *sql.Conn) *stmts {
 }
 
 // get returns query's prepared statement, preparing it if it is not
-// cached; nil if it is busy or is a script of several statements (a
-// migration), which runs unprepared: a prepared statement is one
-// statement, and mattn/go-sqlite3's would drop the rest.
+// cached; nil if it is busy or runs unprepared (see unprepared).
 func (c *stmts) get(ctx context.Context, query string) (*cachedStmt, error) {
 	if s, ok := c.m[query]; ok {
 		if s.busy {
@@ -57,7 +55,7 @@ func (c *stmts) get(ctx context.Context, query string) (*cachedStmt, error) {
 		}
 		return s, nil
 	}
-	if strings.Contains(strings.TrimRight(query, "; \t\n"), ";") {
+	if unprepared(query) {
 		return nil, nil
 	}
 	if len(c.m) >= maxStmts {
@@ -72,6 +70,19 @@ func (c *stmts) get(ctx context.Context, query string) (*cachedStmt, error) {
 	s := &cachedStmt{Stmt: st, query: query}
 	c.m[query] = s
 	return s, nil
+}
+
+// unprepared reports whether query runs unprepared, parsed at each call:
+// a PRAGMA, since SQLite documents that some take effect when they are
+// prepared rather than when they run (and the writer's are rare, some
+// with a count in their text: PRAGMA incremental_vacuum(N) would only
+// churn the cache); or a script of several statements (a migration),
+// since a prepared statement is one statement and mattn/go-sqlite3's
+// would drop the rest.
+func unprepared(query string) bool {
+	q := strings.TrimLeft(query, " \t\n")
+	return len(q) >= 6 && strings.EqualFold(q[:6], "PRAGMA") ||
+		strings.Contains(strings.TrimRight(query, "; \t\n"), ";")
 }
 
 // close closes every cached statement that is not busy and empties the
@@ -135,24 +146,19 @@ func (c *stmts) query(ctx context.Context, query string, args ...any) (*stmtRows
 	return &stmtRows{Rows: rows, c: c, s: s}, nil
 }
 
-// QueryRow runs query with args and reads its first row when scanned.
+// QueryRow runs query with args when its row is scanned (*sql.Row's
+// Scan closes the rows before it returns: the statement is never left
+// busy).
 func (c *stmts) QueryRow(ctx context.Context, query string, args ...any) driver.Row {
 	return lazyRow(func(dest ...any) error {
-		rows, err := c.query(ctx, query, args...)
+		s, err := c.get(ctx, query)
 		if err != nil {
 			return err
 		}
-		defer rows.Close()
-		if !rows.Next() {
-			if err := rows.Err(); err != nil {
-				return err
-			}
-			return sql.ErrNoRows
+		if s == nil {
+			return c.conn.QueryRowContext(ctx, query, args...).Scan(dest...)
 		}
-		if err := rows.Scan(dest...); err != nil {
-			return err
-		}
-		return rows.Close()
+		return s.QueryRowContext(ctx, args...).Scan(dest...)
 	})
 }
 

@@ -192,3 +192,28 @@ func TestStmtsOverflow(t *testing.T) {
 		}
 	})
 }
+
+// A PRAGMA runs unprepared each time (SQLite runs some when they are
+// prepared), and each one sets and reads the current value.
+func TestStmtsPragma(t *testing.T) {
+	eachLib(t, func(t *testing.T, w *writer) {
+		ctx := context.Background()
+		for _, size := range []int{-4000, -2000, -4000} {
+			if _, err := w.Exec(ctx, fmt.Sprintf(`PRAGMA cache_size = %d`, size)); err != nil {
+				t.Fatal(err)
+			}
+			if got := count(t, w, `PRAGMA cache_size`); got != size {
+				t.Fatalf("cache_size %d after setting %d", got, size)
+			}
+		}
+		if _, err := w.Exec(ctx, `pragma cache_size = -2000`); err != nil {
+			t.Fatal(err)
+		}
+		if got := count(t, w, ` PRAGMA cache_size`); got != -2000 {
+			t.Fatalf("cache_size %d after a lower-case pragma set -2000", got)
+		}
+		if len(w.st.m) != 0 {
+			t.Fatalf("%d PRAGMA statements kept prepared", len(w.st.m))
+		}
+	})
+}

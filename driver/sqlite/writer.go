@@ -192,7 +192,7 @@ func (w *writer) beginUnsynced(ctx context.Context, restore Synchronous) (*wtx, 
 		t.done = true
 		return nil, errors.Join(err, t.release())
 	}
-	if _, err := w.conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+	if _, err := w.st.Exec(ctx, `BEGIN IMMEDIATE`); err != nil {
 		t.done = true
 		return nil, errors.Join(err, t.release())
 	}
