@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"regexp"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -39,8 +38,8 @@ var (
 // gatewayProc is one running `idem serve`.
 type gatewayProc struct {
 	cmd  *exec.Cmd
-	url  string // http://127.0.0.1:port
-	pid  int
+	url  string        // http://127.0.0.1:port
+	pid  string        // its process id, as /proc names it
 	idle uint64        // its resident set once it listened, before any load (bytes; 0 where unknown)
 	tail *syncbuf.Tail // the last of its stderr, for errors
 	gc   gcPeaks
@@ -77,7 +76,7 @@ func startGatewayProc(ctx context.Context, command func(args ...string) *exec.Cm
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting idem serve: %w", err)
 	}
-	p.pid = cmd.Process.Pid
+	p.pid = strconv.Itoa(cmd.Process.Pid)
 	ready := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
@@ -158,57 +157,6 @@ func (p *gatewayProc) alive() error {
 	default:
 		return nil
 	}
-}
-
-// procMemory reads a process's resident set now and its peak since the
-// last resetProcPeak (Linux /proc/PID/status VmRSS and VmHWM), in bytes;
-// zeros where unknown.
-func procMemory(pid int) (rss, peak uint64) {
-	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0, 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ":")
-		if !ok || (k != "VmRSS" && k != "VmHWM") {
-			continue
-		}
-		kb, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-		if err != nil {
-			continue
-		}
-		if k == "VmRSS" {
-			rss = kb << 10
-		} else {
-			peak = kb << 10
-		}
-	}
-	return rss, peak
-}
-
-// procCPU is the CPU time (user and system) a process has used (Linux
-// /proc/PID/stat, at the usual 100 clock ticks a second); 0 where unknown.
-func procCPU(pid int) time.Duration {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	_, rest, ok := strings.Cut(string(b), ") ") // after the command's name, which may hold spaces
-	f := strings.Fields(rest)
-	if !ok || len(f) < 13 {
-		return 0
-	}
-	utime, _ := strconv.ParseUint(f[11], 10, 64)
-	stime, _ := strconv.ParseUint(f[12], 10, 64)
-	return time.Duration(utime+stime) * 10 * time.Millisecond
-}
-
-// resetProcPeak restarts the kernel's peak-RSS count of a process from its
-// resident set now (Linux: clear_refs 5); elsewhere it does nothing.
-func resetProcPeak(pid int) {
-	os.WriteFile("/proc/"+strconv.Itoa(pid)+"/clear_refs", []byte("5"), 0)
 }
 
 // gcPeaks are the largest Go heap figures of the collections reported

@@ -14,33 +14,72 @@ import (
 // Process and machine statistics: peak memory, CPU time.
 
 // resetPeakRSS returns freed memory to the system, so that what earlier
-// rows (or the other side of a row) left behind does not count, and restarts the kernel's peak-RSS count
-// for this process (Linux: clear_refs 5); elsewhere it does nothing.
+// rows (or the other side of a row) left behind does not count, and
+// restarts the kernel's peak-RSS count for this process.
 func resetPeakRSS() {
 	runtime.GC() // with FreeOSMemory's, two: sync.Pools are emptied too
 	debug.FreeOSMemory()
-	os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
+	resetProcPeak("self")
 }
 
-// peakRSS is the process's peak resident set since the last reset, in MiB
-// (Linux VmHWM); 0 where unknown.
+// peakRSS is this process's peak resident set since the last reset, in
+// MiB; 0 where unknown.
 func peakRSS() float64 {
-	f, err := os.Open("/proc/self/status")
+	_, peak := procMemory("self")
+	return float64(peak) / (1 << 20)
+}
+
+// procMemory reads a process's resident set now and its peak since the
+// last resetProcPeak (Linux /proc/PROC/status VmRSS and VmHWM), in bytes;
+// zeros where unknown. proc is a pid, or "self".
+func procMemory(proc string) (rss, peak uint64) {
+	f, err := os.Open("/proc/" + proc + "/status")
 	if err != nil {
-		return 0
+		return 0, 0
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			kb, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
-			if err != nil {
-				return 0
-			}
-			return kb / 1024
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok || (k != "VmRSS" && k != "VmHWM") {
+			continue
+		}
+		kb, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+		if err != nil {
+			continue
+		}
+		if k == "VmRSS" {
+			rss = kb << 10
+		} else {
+			peak = kb << 10
 		}
 	}
-	return 0
+	return rss, peak
+}
+
+// resetProcPeak restarts the kernel's peak-RSS count of a process (a pid,
+// or "self") from its resident set now (Linux: clear_refs 5); elsewhere
+// it does nothing.
+func resetProcPeak(proc string) {
+	os.WriteFile("/proc/"+proc+"/clear_refs", []byte("5"), 0)
+}
+
+// procCPU is the CPU time (user and system) a process (a pid) has used
+// (Linux /proc/PID/stat, at the usual 100 clock ticks a second); 0 where
+// unknown.
+func procCPU(proc string) time.Duration {
+	b, err := os.ReadFile("/proc/" + proc + "/stat")
+	if err != nil {
+		return 0
+	}
+	_, rest, ok := strings.Cut(string(b), ") ") // after the command's name, which may hold spaces
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseUint(f[11], 10, 64)
+	stime, _ := strconv.ParseUint(f[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
 }
 
 // machineCPU reads the machine's busy and total CPU time so far (Linux
