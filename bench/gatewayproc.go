@@ -49,9 +49,11 @@ type gatewayProc struct {
 
 // startGatewayProc runs command("serve", …, more…) in front of upstream
 // on the ledger at dbURL and waits until it listens. On any error the process is
-// killed and waited for before startGatewayProc returns.
+// killed and waited for before startGatewayProc returns. The URL goes in
+// $IDEM_DB, not on the command line, where any user of the machine could
+// read its password (ps, /proc/PID/cmdline).
 func startGatewayProc(ctx context.Context, command func(args ...string) *exec.Cmd, upstream, dbURL string, more ...string) (*gatewayProc, error) {
-	cmd := command(append([]string{"serve", "--listen", "127.0.0.1:0", "--upstream", upstream, "--db", dbURL, "--log-level", "warn"}, more...)...)
+	cmd := command(append([]string{"serve", "--listen", "127.0.0.1:0", "--upstream", upstream, "--log-level", "warn"}, more...)...)
 	if cmd == nil {
 		return nil, errors.New("GatewayCommand returned no command")
 	}
@@ -66,7 +68,7 @@ func startGatewayProc(ctx context.Context, command func(args ...string) *exec.Cm
 	if v := envOf(cmd, "GODEBUG"); v != "unset" && v != "" {
 		godebug = v + ",gctrace=1"
 	}
-	cmd.Env = append(env, "GODEBUG="+godebug)
+	cmd.Env = append(env, "GODEBUG="+godebug, "IDEM_DB="+dbURL) // the last value of a key wins
 	p := &gatewayProc{cmd: cmd, tail: &syncbuf.Tail{Max: 4 << 10}, done: make(chan struct{})}
 	cmd.Stdout = p.tail
 	stderr, err := cmd.StderrPipe()

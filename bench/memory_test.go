@@ -146,6 +146,15 @@ func TestMemoryRowGatewayProcess(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// The database URL (a password, on PostgreSQL) is not on the
+			// command line, which every user of the machine can read.
+			for _, cmd := range g.cmds {
+				for _, a := range cmd.Args {
+					if strings.Contains(a, "postgres://") || strings.HasPrefix(a, "sqlite:") {
+						t.Errorf("idem serve's command line holds the database URL: %q", cmd.Args)
+					}
+				}
+			}
 			if len(res) != 1 {
 				t.Fatalf("%d rows, want 1", len(res))
 			}
