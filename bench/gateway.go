@@ -109,9 +109,7 @@ func safeProxy(upstream *url.URL, h handLedger, scope string) http.Handler {
 		key              string
 		attempt, leaseID int64
 	}
-	rp := httputil.NewSingleHostReverseProxy(upstream)
-	rp.Transport = upstreamTransport()
-	rp.ErrorLog = log.New(io.Discard, "", 0)
+	rp := bareProxy(upstream)
 	rp.ModifyResponse = func(resp *http.Response) error {
 		c := resp.Request.Context().Value(claimKey{}).(claim)
 		b, err := io.ReadAll(resp.Body)
@@ -151,9 +149,7 @@ func (r *runner) gatewaySides(ctx context.Context, upstream *url.URL, c int) (id
 			stopAll()
 		}
 	}()
-	rp := httputil.NewSingleHostReverseProxy(upstream)
-	rp.Transport = upstreamTransport()
-	rp.ErrorLog = log.New(io.Discard, "", 0)
+	rp := bareProxy(upstream)
 	bare, stopBare, err := r.httpLoad("baseline", rp, c)
 	if err != nil {
 		return nil, nil, nil, err
@@ -230,6 +226,16 @@ func keyedPOSTs(target string, c int, extra http.Header) (opFunc, func()) {
 		return nil
 	})
 	return op, t.CloseIdleConnections
+}
+
+// bareProxy is an httputil.ReverseProxy in front of upstream on the
+// bench's upstream transport, its errors unlogged: the bare side of the
+// gateway rows and the base of the safe proxy.
+func bareProxy(upstream *url.URL) *httputil.ReverseProxy {
+	rp := httputil.NewSingleHostReverseProxy(upstream)
+	rp.Transport = upstreamTransport()
+	rp.ErrorLog = log.New(io.Discard, "", 0)
+	return rp
 }
 
 // serve runs h on a loopback port until stop. Its goroutines carry the

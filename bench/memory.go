@@ -5,10 +5,8 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log"
 	"math"
 	"net/http"
-	"net/http/httputil"
 	"net/url"
 	"os"
 	"os/exec"
@@ -102,9 +100,7 @@ func (r *runner) gatewayProcSides(ctx context.Context, upstream string, u *url.U
 			}
 		}
 	}()
-	rp := httputil.NewSingleHostReverseProxy(u)
-	rp.Transport = upstreamTransport()
-	rp.ErrorLog = log.New(io.Discard, "", 0)
+	rp := bareProxy(u)
 	bare, stopBare, err := r.httpLoad("baseline", rp, largeInFlight)
 	if err != nil {
 		return sides, nil, err
