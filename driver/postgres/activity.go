@@ -150,7 +150,7 @@ func (d *Driver) RecentRecords(ctx context.Context, limit int) ([]driver.RecentR
 
 // OldestAvailableJobAges reads due available jobs through the fetch index.
 func (d *Driver) OldestAvailableJobAges(ctx context.Context) (map[string]time.Duration, error) {
-	rows, err := d.ex.Query(ctx, jobClock+`SELECT queue, (extract(epoch FROM c.now - min(run_at)) * 1000)::bigint
+	rows, err := d.ex.Query(ctx, clockCTE+`SELECT queue, (extract(epoch FROM c.now - min(run_at)) * 1000)::bigint
 	FROM idem_jobs, c WHERE state = 'available' AND run_at <= c.now GROUP BY queue, c.now`, d.clock())
 	if err != nil {
 		return nil, fmt.Errorf("postgres: oldest jobs: %w", err)

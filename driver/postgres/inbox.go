@@ -16,7 +16,7 @@ import (
 // COMMITTED, it sees what that transaction committed.
 func (d *Driver) InboxRecord(ctx context.Context, q driver.Executor, source, id, hash string) (bool, string, error) {
 	q = d.own(q)
-	n, err := q.Exec(ctx, jobClock+`INSERT INTO idem_inbox (source, message_id, payload_hash, received_at)
+	n, err := q.Exec(ctx, clockCTE+`INSERT INTO idem_inbox (source, message_id, payload_hash, received_at)
 	SELECT $2, $3, $4, c.now FROM c ON CONFLICT (source, message_id) DO NOTHING`, d.clock(), source, id, hash)
 	if err != nil {
 		return false, "", fmt.Errorf("postgres: inbox record: %w", err)
@@ -37,7 +37,7 @@ func (d *Driver) InboxRecord(ctx context.Context, q driver.Executor, source, id,
 
 // InboxPrune deletes records received at least olderThan ago.
 func (d *Driver) InboxPrune(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
-	n, err := d.ex.Exec(ctx, jobClock+`DELETE FROM idem_inbox i USING c WHERE (i.source, i.message_id) IN (
+	n, err := d.ex.Exec(ctx, clockCTE+`DELETE FROM idem_inbox i USING c WHERE (i.source, i.message_id) IN (
 	SELECT source, message_id FROM idem_inbox, c WHERE received_at <= c.now - $2`+msInterval+`
 	LIMIT $3 FOR UPDATE OF idem_inbox SKIP LOCKED)`, d.clock(), olderThan.Milliseconds(), limit)
 	if err != nil {

@@ -28,11 +28,6 @@ func jobCols(p string) string {
 	return p + strings.Join(jobColNames, ", "+p)
 }
 
-// jobClock binds $1 as the statement's clock. statement_timestamp(), not
-// now(): inside a caller's long transaction (CompleteTx) now() is when the
-// transaction began, and a lease must be judged by the time of the write.
-const jobClock = `WITH c AS (SELECT coalesce($1::timestamptz, statement_timestamp()) AS now) `
-
 // epochMS is the clock in Unix milliseconds, as the errors column stores it.
 const epochMS = `(extract(epoch FROM c.now) * 1000)::bigint`
 
@@ -173,7 +168,7 @@ func (d *Driver) enqueue(ctx context.Context, q driver.Executor, jobs []driver.J
 	// Rows are inserted in input order (ORDER BY v.ord), so their ids grow
 	// in input order: the inserted rows, by id, are the non-duplicates in
 	// order. Each match is checked all the same.
-	rows, err := q.Query(ctx, jobClock+`, v AS (
+	rows, err := q.Query(ctx, clockCTE+`, v AS (
 	SELECT * FROM unnest($2::text[], $3::text[], $4::bytea[], $5::int[], $6::bigint[], $7::bigint[], $8::text[], $9::smallint[], $10::text[], $11::text[], $12::smallint[], $13::bool[])
 		WITH ORDINALITY AS v(queue, kind, args, max_attempts, run_at_us, delay_ms, unique_key, priority, metadata, partition_key, unique_states, unique_across, ord)),
 ins AS (
@@ -247,7 +242,7 @@ func (d *Driver) enqueueOne(ctx context.Context, q driver.Executor, j driver.Job
 		)
 		err := d.write(ctx, q, &groupcommit.Write{
 			Key: driver.UniqueScope(j) + j.UniqueKey,
-			Query: jobClock + `, ins AS (
+			Query: clockCTE + `, ins AS (
 	INSERT INTO idem_jobs (queue, kind, args, state, max_attempts, run_at, unique_key, created_at, updated_at, priority, metadata, partition_key, unique_states, unique_across)
 	SELECT $2, $3, $4, 'available', $5, coalesce($6::timestamptz, c.now + $7` + msInterval + `), $8::text, c.now, c.now, $9,
 		$10::text::jsonb, $11::text, nullif($12::smallint, 0), $13 FROM c
@@ -273,7 +268,7 @@ SELECT ` + jobCols("ins.") + `, c.now FROM ins, c`,
 		if j.UniqueAcrossQueues {
 			holder, args = `j.unique_key = $2 AND j.unique_across`, []any{d.clock(), j.UniqueKey}
 		}
-		row, err = scanJob(d.own(q).QueryRow(ctx, jobClock+`SELECT `+jobCols("j.")+`, c.now FROM idem_jobs j, c WHERE `+holder, args...))
+		row, err = scanJob(d.own(q).QueryRow(ctx, clockCTE+`SELECT `+jobCols("j.")+`, c.now FROM idem_jobs j, c WHERE `+holder, args...))
 		if errors.Is(err, sql.ErrNoRows) {
 			continue
 		}
@@ -344,9 +339,9 @@ func (d *Driver) ClaimJobs(ctx context.Context, p driver.ClaimJobsParams) ([]ide
 }
 
 // claimJobsSQL is ClaimJobs' statement; its arguments are claimArgs.
-var claimJobsSQL = jobClock + `,
+var claimJobsSQL = clockCTE + `,
 expired AS MATERIALIZED (
-	SELECT id FROM idem_jobs, c WHERE state = 'running' AND queue = $2 AND lease_until <= c.now
+	SELECT id FROM idem_jobs WHERE state = 'running' AND queue = $2 AND lease_until <= ` + clockNow + `
 	ORDER BY lease_until LIMIT $3 FOR UPDATE OF idem_jobs SKIP LOCKED),
 rescued AS (
 	UPDATE idem_jobs j SET
@@ -357,7 +352,7 @@ rescued AS (
 	FROM c, expired WHERE j.id = expired.id
 	RETURNING j.id),
 due AS MATERIALIZED (
-	SELECT id FROM idem_jobs, c WHERE state = 'available' AND queue = $2 AND run_at <= c.now
+	SELECT id FROM idem_jobs WHERE state = 'available' AND queue = $2 AND run_at <= ` + clockNow + `
 		AND NOT EXISTS (SELECT 1 FROM idem_job_queues p WHERE p.queue = $2 AND p.paused_at IS NOT NULL)
 	ORDER BY priority, run_at, id LIMIT $4 FOR UPDATE OF idem_jobs SKIP LOCKED),
 claimed AS (
@@ -377,7 +372,7 @@ const jobFenced = `j.id = $2 AND j.attempt = $3 AND j.lease_id = $4 AND j.state 
 // HeartbeatJob extends a held lease.
 func (d *Driver) HeartbeatJob(ctx context.Context, f driver.JobFence, lease time.Duration) (time.Time, error) {
 	var until time.Time
-	err := d.ex.QueryRow(ctx, jobClock+`UPDATE idem_jobs j SET lease_until = c.now + $5`+msInterval+`, updated_at = c.now
+	err := d.ex.QueryRow(ctx, clockCTE+`UPDATE idem_jobs j SET lease_until = c.now + $5`+msInterval+`, updated_at = c.now
 	FROM c WHERE `+jobFenced+` RETURNING j.lease_until`, d.clock(), f.ID, f.Attempt, f.LeaseID, lease.Milliseconds()).Scan(&until)
 	if errors.Is(err, sql.ErrNoRows) {
 		return time.Time{}, driver.ErrFenced
@@ -401,7 +396,7 @@ var jobFinishSet = `state = v.state, lease_until = NULL, updated_at = c.now,
 // nil; there the row stays locked until that transaction ends, so nobody
 // can take the job between the fenced write and the commit.
 func (d *Driver) FinishJob(ctx context.Context, q driver.Executor, p driver.FinishJobParams) error {
-	n, err := d.own(q).Exec(ctx, jobClock+`, v AS (SELECT $5::text AS state, $6::bigint AS delay_ms, $7::bytea AS result, $8::text AS error, $9::bool AS snooze)
+	n, err := d.own(q).Exec(ctx, clockCTE+`, v AS (SELECT $5::text AS state, $6::bigint AS delay_ms, $7::bytea AS result, $8::text AS error, $9::bool AS snooze)
 	UPDATE idem_jobs j SET `+jobFinishSet+` FROM c, v WHERE `+jobFenced,
 		d.clock(), p.ID, p.Attempt, p.LeaseID, string(p.State), p.Delay.Milliseconds(), p.Result, p.Error, p.Snooze)
 	if err != nil {
@@ -470,7 +465,7 @@ func batchRows[T any](br pgx.BatchResults, scan func(driver.Rows) (T, error)) (T
 }
 
 // finishJobsSQL is FinishJobs' statement; its arguments are finishArgs.
-var finishJobsSQL = jobClock + `, v AS (SELECT * FROM unnest($2::bigint[], $3::int[], $4::bigint[], $5::text[], $6::bigint[], $7::bytea[], $8::text[], $9::bool[])
+var finishJobsSQL = clockCTE + `, v AS (SELECT * FROM unnest($2::bigint[], $3::int[], $4::bigint[], $5::text[], $6::bigint[], $7::bytea[], $8::text[], $9::bool[])
 		AS v(id, attempt, lease_id, state, delay_ms, result, error, snooze))
 	UPDATE idem_jobs j SET ` + jobFinishSet + ` FROM c, v
 	WHERE j.id = v.id AND j.attempt = v.attempt AND j.lease_id = v.lease_id AND j.state = 'running' AND j.lease_until > c.now
@@ -520,7 +515,7 @@ func scanFinished(rows driver.Rows, ps []driver.FinishJobParams) ([]bool, error)
 
 // GetJob reads one job.
 func (d *Driver) GetJob(ctx context.Context, id int64) (idemtype.JobRow, error) {
-	j, err := scanJob(d.ex.QueryRow(ctx, jobClock+`SELECT `+jobCols("j.")+`, c.now FROM idem_jobs j, c WHERE j.id = $2`, d.clock(), id))
+	j, err := scanJob(d.ex.QueryRow(ctx, clockCTE+`SELECT `+jobCols("j.")+`, c.now FROM idem_jobs j, c WHERE j.id = $2`, d.clock(), id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return j, driver.ErrNotFound
 	}
@@ -556,7 +551,7 @@ func (d *Driver) ListJobs(ctx context.Context, f driver.JobFilter) ([]idemtype.J
 		limit = 100
 	}
 	args = append(args, limit)
-	rows, err := d.ex.Query(ctx, jobClock+`SELECT `+jobCols("j.")+`, c.now FROM idem_jobs j, c WHERE `+
+	rows, err := d.ex.Query(ctx, clockCTE+`SELECT `+jobCols("j.")+`, c.now FROM idem_jobs j, c WHERE `+
 		strings.Join(where, " AND ")+` ORDER BY j.id LIMIT $`+strconv.Itoa(len(args)), args...)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: list jobs: %w", err)
@@ -583,7 +578,7 @@ func (d *Driver) CountJobs(ctx context.Context, queue string) (map[idemtype.JobS
 
 // RequeueJob makes a dead job available now.
 func (d *Driver) RequeueJob(ctx context.Context, id int64, attempts int) (idemtype.JobRow, error) {
-	j, err := scanJob(d.ex.QueryRow(ctx, jobClock+`UPDATE idem_jobs j SET state = 'available', run_at = c.now,
+	j, err := scanJob(d.ex.QueryRow(ctx, clockCTE+`UPDATE idem_jobs j SET state = 'available', run_at = c.now,
 	updated_at = c.now, finalized_at = NULL, max_attempts = j.attempt + $3
 	FROM c WHERE j.id = $2 AND j.state = 'dead' RETURNING `+jobCols("j.")+`, c.now`, d.clock(), id, attempts))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -601,7 +596,7 @@ func (d *Driver) RequeueJob(ctx context.Context, id int64, attempts int) (idemty
 // committed, so a job completed meanwhile is not cancelled.
 func (d *Driver) CancelJob(ctx context.Context, id int64) (idemtype.JobRow, idemtype.JobState, error) {
 	var from string
-	j, err := scanJob(&withTail{row: d.ex.QueryRow(ctx, jobClock+`, old AS MATERIALIZED (
+	j, err := scanJob(&withTail{row: d.ex.QueryRow(ctx, clockCTE+`, old AS MATERIALIZED (
 	SELECT id, state FROM idem_jobs WHERE id = $2 AND state IN ('available', 'running') FOR UPDATE)
 UPDATE idem_jobs j SET state = 'cancelled', lease_until = NULL, finalized_at = c.now, updated_at = c.now
 	FROM c, old WHERE j.id = old.id RETURNING `+jobCols("j.")+`, c.now, old.state`, d.clock(), id), tail: &from})
@@ -660,7 +655,7 @@ func (d *Driver) missingOrConflict(ctx context.Context, id int64) error {
 // PruneJobs deletes completed and cancelled jobs finalized at least olderThan ago,
 // skipping rows another transaction has locked.
 func (d *Driver) PruneJobs(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
-	n, err := d.ex.Exec(ctx, jobClock+`DELETE FROM idem_jobs j USING c WHERE j.id IN (SELECT id FROM idem_jobs, c
+	n, err := d.ex.Exec(ctx, clockCTE+`DELETE FROM idem_jobs j USING c WHERE j.id IN (SELECT id FROM idem_jobs, c
 	WHERE state IN ('completed', 'cancelled') AND finalized_at <= c.now - $2`+msInterval+` LIMIT $3 FOR UPDATE OF idem_jobs SKIP LOCKED)`,
 		d.clock(), olderThan.Milliseconds(), limit)
 	if err != nil {

@@ -28,9 +28,9 @@ func (d *Driver) claimLimited(ctx context.Context, p driver.ClaimJobsParams) ([]
 		return nil, fmt.Errorf("postgres: claim jobs: lock queue: %w", err)
 	}
 	if p.RescueLimit > 0 {
-		if _, err := tx.Exec(ctx, jobClock+`,
+		if _, err := tx.Exec(ctx, clockCTE+`,
 expired AS MATERIALIZED (
-	SELECT id FROM idem_jobs, c WHERE state = 'running' AND queue = $2 AND lease_until <= c.now
+	SELECT id FROM idem_jobs WHERE state = 'running' AND queue = $2 AND lease_until <= `+clockNow+`
 	ORDER BY lease_until LIMIT $3 FOR UPDATE OF idem_jobs SKIP LOCKED)
 UPDATE idem_jobs j SET
 	state = CASE WHEN j.attempt < j.max_attempts THEN 'available' ELSE 'dead' END,
@@ -59,13 +59,13 @@ FROM c, expired WHERE j.id = expired.id`, now, p.Queue, p.RescueLimit); err != n
 		if conc <= 0 {
 			conc = 1 << 30
 		}
-		rows, err := pgxExecutor{tx}.Query(ctx, jobClock+`,
+		rows, err := pgxExecutor{tx}.Query(ctx, clockCTE+`,
 run AS (
 	SELECT CASE WHEN $8 THEN coalesce(partition_key, '') ELSE '' END AS part, count(*) AS n
 	FROM idem_jobs, c WHERE state = 'running' AND queue = $2 AND lease_until > c.now GROUP BY 1),
 cand AS (
 	SELECT id, priority, run_at, CASE WHEN $8 THEN coalesce(partition_key, '') ELSE '' END AS part
-	FROM idem_jobs, c WHERE state = 'available' AND queue = $2 AND run_at <= c.now
+	FROM idem_jobs WHERE state = 'available' AND queue = $2 AND run_at <= `+clockNow+`
 	ORDER BY priority, run_at, id LIMIT $9),
 ranked AS (
 	SELECT cand.id, cand.priority, cand.run_at,

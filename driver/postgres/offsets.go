@@ -10,7 +10,7 @@ import (
 // OffsetStore upserts the next offset, never moving it back.
 func (d *Driver) OffsetStore(ctx context.Context, q driver.Executor, group, topic string, partition int32, next int64) error {
 	q = d.own(q)
-	if _, err := q.Exec(ctx, jobClock+`INSERT INTO idem_kafka_offsets AS o (group_id, topic, partition, next_offset, updated_at)
+	if _, err := q.Exec(ctx, clockCTE+`INSERT INTO idem_kafka_offsets AS o (group_id, topic, partition, next_offset, updated_at)
 	SELECT $2, $3, $4, $5, c.now FROM c ON CONFLICT (group_id, topic, partition) DO UPDATE
 	SET next_offset = excluded.next_offset, updated_at = excluded.updated_at
 	WHERE excluded.next_offset > o.next_offset`, d.clock(), group, topic, partition, next); err != nil {

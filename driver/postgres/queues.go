@@ -11,7 +11,7 @@ import (
 
 // PauseJobQueue pauses or resumes a queue in one upsert.
 func (d *Driver) PauseJobQueue(ctx context.Context, queue string, paused bool) (idemtype.JobQueue, error) {
-	q, err := scanJobQueue(d.ex.QueryRow(ctx, jobClock+`INSERT INTO idem_job_queues AS q (queue, paused_at, updated_at)
+	q, err := scanJobQueue(d.ex.QueryRow(ctx, clockCTE+`INSERT INTO idem_job_queues AS q (queue, paused_at, updated_at)
 	SELECT $2, CASE WHEN $3::bool THEN c.now END, c.now FROM c
 	ON CONFLICT (queue) DO UPDATE SET updated_at = excluded.updated_at,
 		paused_at = CASE WHEN $3::bool THEN coalesce(q.paused_at, excluded.updated_at) END

@@ -75,9 +75,9 @@ func (d *Driver) StepDelete(ctx context.Context, q driver.Executor, scope, key s
 
 // StaleRuns lists runs whose holder's lease ended.
 func (d *Driver) StaleRuns(ctx context.Context, limit int) ([]idemtype.RunRef, error) {
-	rows, err := d.ex.Query(ctx, clockCTE+`SELECT k.scope, k.key FROM c, idem_keys k
+	rows, err := d.ex.Query(ctx, `SELECT k.scope, k.key FROM idem_keys k
 	JOIN idem_steps s ON s.scope = k.scope AND s.key = k.key AND s.idx = -1
-	WHERE k.state = 'in_progress' AND k.lease_until <= c.now ORDER BY k.lease_until LIMIT $2`, d.clock(), limit)
+	WHERE k.state = 'in_progress' AND k.lease_until <= `+clockNow+` ORDER BY k.lease_until LIMIT $2`, d.clock(), limit)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: stale runs: %w", err)
 	}
