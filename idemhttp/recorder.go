@@ -5,12 +5,10 @@ import (
 	"cmp"
 	"fmt"
 	"io"
-	"math/bits"
 	"net"
 	"net/http"
 	"os"
 	"strconv"
-	"sync"
 )
 
 // recorder is the ResponseWriter a guarded handler writes to. It holds the
@@ -134,10 +132,13 @@ func (r *recorder) grow(need int) {
 	r.buf = b
 }
 
-// release gives the buffer back to the pool, unless a write the ledger did
-// not answer may still read it.
+// release ends the recorder's hold on its buffer (see buffer.go for who
+// owns it): back to the pool, or, if a write the ledger did not answer may
+// still read it, abandoned. Calling it again does nothing.
 func (r *recorder) release() {
-	if !r.retained {
+	if r.retained {
+		abandonBuf(r.buf)
+	} else {
 		putBuf(r.buf)
 	}
 	r.buf = nil
@@ -145,8 +146,8 @@ func (r *recorder) release() {
 
 // retain marks the held body as possibly still in use by the ledger: its
 // completion ended without an answer (a context ended after the write was
-// queued, or a failure that may leave it queued), so the buffer is left to
-// the collector instead of being reused.
+// queued, or a failure that may leave it queued), so the buffer is never
+// reused (see abandonBuf).
 func (r *recorder) retain() { r.retained = true }
 
 func (r *recorder) spillWrite(p []byte) (int, error) {
@@ -264,7 +265,7 @@ func (r *recorder) send() {
 // instead (transaction-bound mode, when the commit failed).
 func (r *recorder) discard() {
 	r.h = http.Header{}
-	r.buf = nil // not pooled: a rare path, and the ledger's write failed with it
+	r.release()
 }
 
 // close gives the buffer back to the pool (the response is sent and
@@ -291,54 +292,4 @@ func isEventStream(h http.Header) bool {
 // bodyAllowed mirrors net/http: 1xx, 204 and 304 responses have no body.
 func bodyAllowed(status int) bool {
 	return !(status >= 100 && status < 200) && status != http.StatusNoContent && status != http.StatusNotModified
-}
-
-// Buffers of held responses larger than minPooled come from pools, one per
-// size class, and go back once the response is sent and recorded: with
-// many large responses in flight, a new buffer for each would leave one
-// response's worth of garbage behind per request, and the collector lets
-// the heap grow to twice what is live before it runs. Reused, the buffers
-// are the live memory and little else.
-const (
-	minPooled   = 64 << 10
-	minClassLog = 14 // bits.Len of minPooled, less 3 (see bufClass)
-	maxClasses  = 4 * (64 - minClassLog)
-)
-
-var bufPools [maxClasses]sync.Pool
-
-// bufClass rounds n (> minPooled) up to its size class, a quarter power
-// of two (5, 6, 7 or 8 × 2^k), so that a buffer wastes less than a quarter
-// of its size, and returns the class's index.
-func bufClass(n int) (size, idx int) {
-	k := bits.Len(uint(n-1)) - 3
-	m := (n-1)>>k + 1 // 5..8
-	return m << k, 4*(k-minClassLog) + m - 5
-}
-
-// getBuf returns an empty buffer with room for n bytes: a pooled one for
-// a large n.
-func getBuf(n int) []byte {
-	if n <= minPooled {
-		return make([]byte, 0, n)
-	}
-	size, idx := bufClass(n)
-	if p, ok := bufPools[idx].Get().(*[]byte); ok {
-		return (*p)[:0]
-	}
-	return make([]byte, 0, size)
-}
-
-// putBuf gives b back for reuse, if it is one of getBuf's large buffers.
-// Nothing may use b afterwards.
-func putBuf(b []byte) {
-	if cap(b) <= minPooled {
-		return
-	}
-	size, idx := bufClass(cap(b))
-	if size != cap(b) {
-		return
-	}
-	b = b[:0]
-	bufPools[idx].Put(&b)
 }
