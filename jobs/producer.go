@@ -120,14 +120,14 @@ func (p *producer) ending(ex *execution) {
 // when the queue runs dry, wait for a wake-up or the next poll. An idle
 // queue polls with backoff from the fetch cooldown up to PollInterval, or
 // at PollInterval while LISTEN is up. While jobs keep coming, a claim waits
-// (up to FetchCooldown after the previous one) until three quarters of the
-// slots are free, so that claims come in batches rather than one per
-// finished job (see claimBatch).
+// (up to FetchCooldown after the previous one) until a quarter of the slots
+// are free, so that claims come in batches rather than one per finished
+// job.
 func (p *producer) run(stop <-chan struct{}) {
 	defer close(p.quit)
 	cfg := p.c.cfg
 	idle := cfg.FetchCooldown
-	batch := claimBatch(p.max)
+	batch := (p.max + 3) / 4
 	// With a driver that claims in the finisher's transaction, the slots of
 	// finishing jobs count as free: their ends and the claim commit
 	// together.
@@ -242,18 +242,6 @@ func (p *producer) waitForSlots(stop <-chan struct{}, want int, deadline time.Ti
 		}
 	}
 }
-
-// claimBatch is how many of its slots a busy producer waits to have free
-// before it claims (at most FetchCooldown after its previous claim): three
-// quarters. Each claim is a commit (and, on SQLite FULL, an fsync) shared
-// by the jobs it takes and the ends that ride with it, so the larger the
-// batch, the fewer commits a job pays for. Measured with 100 workers on
-// SQLite (idem bench, jobs claim+complete at 1 loop): a quarter claimed
-// about 60 jobs a commit, three quarters about 80, and all of them did no
-// better than three quarters: the fetch cooldown then ends the wait first.
-// The price is latency under load: a due job may wait up to FetchCooldown
-// for slots that are already free.
-func claimBatch(slots int) int { return (slots*3 + 3) / 4 }
 
 func (p *producer) claim(n int) ([]idemtype.JobRow, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
