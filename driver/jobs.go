@@ -142,6 +142,13 @@ type FinishJobParams struct {
 	Snooze bool
 }
 
+// Plain reports whether p completes a job without a result, an error or a
+// snooze: the most common end, which drivers may write with a statement of
+// its own that has nothing to choose per row.
+func (p FinishJobParams) Plain() bool {
+	return p.State == idemtype.JobCompleted && p.Result == nil && p.Error == "" && !p.Snooze
+}
+
 // JobFilter selects jobs for operators. Zero values match everything.
 type JobFilter struct {
 	Queue string

@@ -408,22 +408,25 @@ func (d *Driver) FinishJob(ctx context.Context, q driver.Executor, p driver.Fini
 	return nil
 }
 
-// FinishJobs ends many claims in one statement, each row fenced on its own;
-// the ids it returns are the ones that were still held.
+// FinishJobs ends many claims, each row fenced on its own: the plain
+// completions (FinishJobParams.Plain) in one statement, the other ends in
+// another, sent as one pipeline (one implicit transaction).
 func (d *Driver) FinishJobs(ctx context.Context, ps []driver.FinishJobParams) ([]bool, error) {
-	rows, err := d.ex.Query(ctx, finishJobsSQL, d.finishArgs(ps)...)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: finish jobs: %w", err)
+	if len(ps) == 0 {
+		return nil, nil
 	}
-	fenced, err := scanFinished(rows, ps)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: finish jobs: %w", err)
+	b := &pgx.Batch{}
+	n := d.queueEnds(b, ps)
+	br := d.pool.SendBatch(ctx, b)
+	held, err := readEnds(br, n, len(ps))
+	if err := errors.Join(err, br.Close()); err != nil {
+		return nil, fmt.Errorf("postgres: finish jobs: %w", unknownOutcome(err))
 	}
-	return fenced, nil
+	return fencedEnds(ps, held), nil
 }
 
 // FinishAndClaimJobs ends the claims ps and claims up to p.Limit jobs of
-// p.Queue in one round trip and one commit: FinishJobs' statement and
+// p.Queue in one round trip and one commit: FinishJobs' statements and
 // ClaimJobs' statement sent as one pipeline, which PostgreSQL runs as one
 // implicit transaction (one WAL flush instead of two). The claim sees
 // the finish (READ COMMITTED: a snapshot per statement), so a job the
@@ -443,15 +446,15 @@ func (d *Driver) FinishAndClaimJobs(ctx context.Context, ps []driver.FinishJobPa
 		return fenced, rows, err
 	}
 	b := &pgx.Batch{}
-	b.Queue(finishJobsSQL, d.finishArgs(ps)...)
+	n := d.queueEnds(b, ps)
 	b.Queue(claimJobsSQL, d.claimArgs(p)...)
 	br := d.pool.SendBatch(ctx, b)
-	fenced, ferr := batchRows(br, func(rows driver.Rows) ([]bool, error) { return scanFinished(rows, ps) })
+	held, ferr := readEnds(br, n, len(ps))
 	claimed, cerr := batchRows(br, func(rows driver.Rows) ([]idemtype.JobRow, error) { return scanClaimed(rows, p) })
 	if err := errors.Join(ferr, cerr, br.Close()); err != nil {
 		return nil, nil, fmt.Errorf("postgres: finish and claim jobs: %w", unknownOutcome(err))
 	}
-	return fenced, claimed, nil
+	return fencedEnds(ps, held), claimed, nil
 }
 
 // batchRows reads the next result of a pipeline with scan.
@@ -464,7 +467,85 @@ func batchRows[T any](br pgx.BatchResults, scan func(driver.Rows) (T, error)) (T
 	return scan(pgxRows{rows})
 }
 
-// finishJobsSQL is FinishJobs' statement; its arguments are finishArgs.
+// queueEnds queues the statements that end ps and returns how many: the
+// plain completions (most ends) in completeJobsSQL, the rest in
+// finishJobsSQL, whose CASE per column made a row's update cost about
+// twice the plain statement's (auto_explain, 50-row batches: 23 µs a row
+// of server time, against 11 for the same UPDATE without the choices).
+func (d *Driver) queueEnds(b *pgx.Batch, ps []driver.FinishJobParams) int {
+	var ids, leases []int64
+	var attempts []int32
+	var rest []driver.FinishJobParams
+	for _, p := range ps {
+		if p.Plain() {
+			ids, attempts, leases = append(ids, p.ID), append(attempts, int32(p.Attempt)), append(leases, p.LeaseID)
+			continue
+		}
+		rest = append(rest, p)
+	}
+	n := 0
+	if len(ids) > 0 {
+		b.Queue(completeJobsSQL, d.clock(), ids, attempts, leases)
+		n++
+	}
+	if len(rest) > 0 {
+		b.Queue(finishJobsSQL, d.finishArgs(rest)...)
+		n++
+	}
+	return n
+}
+
+// readEnds reads the results of queueEnds' n statements: the claims they
+// ended, by fence. A claim is known by its whole fence, not its job's id
+// alone: a batch may end the same job twice, once for a stale holder
+// (fenced) and once for the current one.
+func readEnds(br pgx.BatchResults, n, size int) (map[driver.JobFence]bool, error) {
+	held := make(map[driver.JobFence]bool, size)
+	var errs []error
+	for range n {
+		_, err := batchRows(br, func(rows driver.Rows) (struct{}, error) { return struct{}{}, scanHeld(rows, held) })
+		errs = append(errs, err)
+	}
+	return held, errors.Join(errs...)
+}
+
+// scanHeld adds the claims an ending statement's rows (id, attempt,
+// lease_id) report ended to held, and closes rows.
+func scanHeld(rows driver.Rows, held map[driver.JobFence]bool) error {
+	defer rows.Close()
+	for rows.Next() {
+		var f driver.JobFence
+		var attempt int32
+		if err := rows.Scan(&f.ID, &attempt, &f.LeaseID); err != nil {
+			return err
+		}
+		f.Attempt = int(attempt)
+		held[f] = true
+	}
+	return rows.Err()
+}
+
+// fencedEnds reports which of ps were fenced: not among the claims that
+// ended.
+func fencedEnds(ps []driver.FinishJobParams, held map[driver.JobFence]bool) []bool {
+	fenced := make([]bool, len(ps))
+	for i, p := range ps {
+		fenced[i] = !held[p.JobFence]
+	}
+	return fenced
+}
+
+// completeJobsSQL is queueEnds' statement for plain completions; $2, $3
+// and $4 are their ids, attempts and lease ids. It sets what
+// finishJobsSQL sets for a completion without a result.
+var completeJobsSQL = clockCTE + `, v AS (SELECT * FROM unnest($2::bigint[], $3::int[], $4::bigint[]) AS v(id, attempt, lease_id))
+	UPDATE idem_jobs j SET state = 'completed', lease_until = NULL, updated_at = c.now, finalized_at = c.now, result = NULL
+	FROM c, v
+	WHERE j.id = v.id AND j.attempt = v.attempt AND j.lease_id = v.lease_id AND j.state = 'running' AND j.lease_until > c.now
+	RETURNING j.id, v.attempt, v.lease_id`
+
+// finishJobsSQL is queueEnds' statement for the ends that are not plain
+// completions; its arguments are finishArgs.
 var finishJobsSQL = clockCTE + `, v AS (SELECT * FROM unnest($2::bigint[], $3::int[], $4::bigint[], $5::text[], $6::bigint[], $7::bytea[], $8::text[], $9::bool[])
 		AS v(id, attempt, lease_id, state, delay_ms, result, error, snooze))
 	UPDATE idem_jobs j SET ` + jobFinishSet + ` FROM c, v
@@ -485,32 +566,6 @@ func (d *Driver) finishArgs(ps []driver.FinishJobParams) []any {
 		results, errs, snoozes = append(results, p.Result), append(errs, p.Error), append(snoozes, p.Snooze)
 	}
 	return []any{d.clock(), ids, attempts, leases, states, delays, results, errs, snoozes}
-}
-
-// scanFinished reads the claims finishJobsSQL ended, closes rows, and
-// reports which of ps were fenced. A claim is known by its whole fence, not
-// its job's id alone: a batch may end the same job twice, once for a stale
-// holder (fenced) and once for the current one.
-func scanFinished(rows driver.Rows, ps []driver.FinishJobParams) ([]bool, error) {
-	defer rows.Close()
-	held := make(map[driver.JobFence]bool, len(ps))
-	for rows.Next() {
-		var f driver.JobFence
-		var attempt int32
-		if err := rows.Scan(&f.ID, &attempt, &f.LeaseID); err != nil {
-			return nil, err
-		}
-		f.Attempt = int(attempt)
-		held[f] = true
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	fenced := make([]bool, len(ps))
-	for i, p := range ps {
-		fenced[i] = !held[p.JobFence]
-	}
-	return fenced, nil
 }
 
 // GetJob reads one job.

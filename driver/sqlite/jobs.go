@@ -392,12 +392,6 @@ func (d *Driver) FinishJobs(ctx context.Context, ps []driver.FinishJobParams) ([
 	return fenced, nil
 }
 
-// plainCompletion reports whether p completes a job without a result: the
-// most common end, which finishIn writes with completeJobs.
-func plainCompletion(p driver.FinishJobParams) bool {
-	return p.State == idemtype.JobCompleted && p.Result == nil && p.Error == "" && !p.Snooze
-}
-
 // completeJobs is finishJob for a JSON list of plain completions, each
 // [id, attempt, lease_id]: ?1 is the clock, ?2 the list.
 const completeJobs = `UPDATE idem_jobs SET state = 'completed', lease_until = NULL, updated_at = ?1, finalized_at = ?1, result = NULL
@@ -461,7 +455,7 @@ func (d *Driver) finishIn(ctx context.Context, tx *wtx, now int64, ps []driver.F
 	fenced := make([]bool, len(ps))
 	var plain []int
 	for i, p := range ps {
-		if plainCompletion(p) {
+		if p.Plain() { // written with completeJobs
 			plain = append(plain, i)
 		}
 	}
