@@ -24,7 +24,7 @@ type arena struct {
 	abandoned int
 	low       [maxClasses]int // fewest free buffers of each class since the last trim
 	trimmed   time.Time
-	clock     sync.Once
+	armed     sync.Once // the first mapping arms trim
 }
 
 type chunkState uint8
@@ -77,7 +77,7 @@ func (a *arena) get(size, idx int) []byte {
 	a.chunks[addr(b)] = chunkHeld
 	a.mu.Unlock()
 	if a.trimEvery > 0 {
-		a.clock.Do(a.armTrim)
+		a.armed.Do(a.armTrim)
 	}
 	return b[:0]
 }
