@@ -367,13 +367,16 @@ func (d *Driver) claimArgs(p driver.ClaimJobsParams) []any {
 }
 
 // jobFenced is the predicate of every write a job's holder makes ($2…$4).
-const jobFenced = `j.id = $2 AND j.attempt = $3 AND j.lease_id = $4 AND j.state = 'running' AND j.lease_until > c.now`
+const jobFenced = `j.id = $2 AND j.attempt = $3 AND j.lease_id = $4 AND j.state = ` + heldJob + ` AND j.lease_until > c.now`
+
+// heartbeatJobSQL extends the lease of the claim jobFenced names by $5 ms.
+const heartbeatJobSQL = clockCTE + `UPDATE idem_jobs j SET lease_until = c.now + $5` + msInterval + `, updated_at = c.now
+	FROM c WHERE ` + jobFenced + ` RETURNING j.lease_until`
 
 // HeartbeatJob extends a held lease.
 func (d *Driver) HeartbeatJob(ctx context.Context, f driver.JobFence, lease time.Duration) (time.Time, error) {
 	var until time.Time
-	err := d.ex.QueryRow(ctx, clockCTE+`UPDATE idem_jobs j SET lease_until = c.now + $5`+msInterval+`, updated_at = c.now
-	FROM c WHERE `+jobFenced+` RETURNING j.lease_until`, d.clock(), f.ID, f.Attempt, f.LeaseID, lease.Milliseconds()).Scan(&until)
+	err := d.ex.QueryRow(ctx, heartbeatJobSQL, d.clock(), f.ID, f.Attempt, f.LeaseID, lease.Milliseconds()).Scan(&until)
 	if errors.Is(err, sql.ErrNoRows) {
 		return time.Time{}, driver.ErrFenced
 	}
@@ -538,13 +541,17 @@ func fencedEnds(ps []driver.FinishJobParams, held map[driver.JobFence]bool) []bo
 	return fenced
 }
 
+// jobsFenced is jobFenced for a batch: each row of v (id, attempt,
+// lease_id) names a claim.
+const jobsFenced = `j.id = v.id AND j.attempt = v.attempt AND j.lease_id = v.lease_id AND j.state = ` + heldJob + ` AND j.lease_until > c.now`
+
 // completeJobsSQL is queueEnds' statement for plain completions; $2, $3
 // and $4 are their ids, attempts and lease ids. It sets what
 // finishJobsSQL sets for a completion without a result.
 var completeJobsSQL = clockCTE + `, v AS (SELECT * FROM unnest($2::bigint[], $3::int[], $4::bigint[]) AS v(id, attempt, lease_id))
 	UPDATE idem_jobs j SET state = 'completed', lease_until = NULL, updated_at = c.now, finalized_at = c.now, result = NULL
 	FROM c, v
-	WHERE j.id = v.id AND j.attempt = v.attempt AND j.lease_id = v.lease_id AND j.state = 'running' AND j.lease_until > c.now
+	WHERE ` + jobsFenced + `
 	RETURNING j.id, v.attempt, v.lease_id`
 
 // finishJobsSQL is queueEnds' statement for the ends that are not plain
@@ -552,7 +559,7 @@ var completeJobsSQL = clockCTE + `, v AS (SELECT * FROM unnest($2::bigint[], $3:
 var finishJobsSQL = clockCTE + `, v AS (SELECT * FROM unnest($2::bigint[], $3::int[], $4::bigint[], $5::text[], $6::bigint[], $7::bytea[], $8::text[], $9::bool[])
 		AS v(id, attempt, lease_id, state, delay_ms, result, error, snooze))
 	UPDATE idem_jobs j SET ` + jobFinishSet + ` FROM c, v
-	WHERE j.id = v.id AND j.attempt = v.attempt AND j.lease_id = v.lease_id AND j.state = 'running' AND j.lease_until > c.now
+	WHERE ` + jobsFenced + `
 	RETURNING j.id, v.attempt, v.lease_id`
 
 func (d *Driver) finishArgs(ps []driver.FinishJobParams) []any {

@@ -125,7 +125,7 @@ func (d *Driver) Takeover(ctx context.Context, q driver.Executor, p driver.Takeo
 	w := &groupcommit.Write{Key: p.Scope + "\x00" + p.Key}
 	if p.Park {
 		w.Query = clockCTE + `UPDATE idem_keys k SET state = 'parked', lease_until = c.now, updated_at = c.now
-	FROM c WHERE k.scope = $2 AND k.key = $3 AND k.state = 'in_progress' AND k.attempt = $4 AND k.lease_until <= c.now
+	FROM c WHERE k.scope = $2 AND k.key = $3 AND k.state = ` + heldKey + ` AND k.attempt = $4 AND k.lease_until <= c.now
 	RETURNING ` + cols("k.") + `, c.now`
 		w.Args = []any{d.clock(), p.Scope, p.Key, p.FromAttempt}
 	} else {
@@ -160,19 +160,39 @@ func (d *Driver) Takeover(ctx context.Context, q driver.Executor, p driver.Takeo
 }
 
 // fenced is the predicate of every write a holder makes ($2…$5).
-const fenced = `k.scope = $2 AND k.key = $3 AND k.attempt = $4 AND k.lease_id = $5 AND k.state = 'in_progress' AND k.lease_until > c.now`
+const fenced = `k.scope = $2 AND k.key = $3 AND k.attempt = $4 AND k.lease_id = $5 AND k.state = ` + heldKey + ` AND k.lease_until > c.now`
+
+// heldKey and heldJob are the state a write by a claim's holder requires,
+// written as a sub-select rather than a literal so that the only index
+// such a write can use is the primary key. From the literal the planner
+// proves the predicate of the partial lease index (idem_keys_lease,
+// idem_jobs_lease: state = 'in_progress' or 'running'), and with
+// statistics taken while few claims were held, that index looks cheaper
+// than a primary-key lookup: every write then reads every held claim,
+// and every entry the index has gathered since the last vacuum. Measured
+// on PostgreSQL 15 with 11,000 keys in progress: 2.3 ms a heartbeat
+// instead of 0.2, and in a drain of 20,000 jobs each batch of completions
+// read thousands of dead entries. The sub-select is an InitPlan, a
+// parameter to the planner, which proves no predicate from it.
+const (
+	heldKey = `(SELECT 'in_progress')`
+	heldJob = `(SELECT 'running')`
+)
 
 // fencedArgs is how many parameters fenced reads: the clock and the fence.
 const fencedArgs = 5
+
+// heartbeatSQL extends the lease of the claim fenced names by $6 ms.
+const heartbeatSQL = clockCTE + `UPDATE idem_keys k SET lease_until = c.now + $6` + msInterval + `, updated_at = c.now
+	FROM c WHERE ` + fenced + ` RETURNING k.lease_until`
 
 // Heartbeat extends a held lease.
 func (d *Driver) Heartbeat(ctx context.Context, f driver.Fence, lease time.Duration) (time.Time, error) {
 	var until sql.NullTime
 	err := d.write(ctx, driver.Shared, &groupcommit.Write{
-		Key: f.Scope + "\x00" + f.Key,
-		Query: clockCTE + `UPDATE idem_keys k SET lease_until = c.now + $6` + msInterval + `, updated_at = c.now
-	FROM c WHERE ` + fenced + ` RETURNING k.lease_until`,
-		Args: []any{d.clock(), f.Scope, f.Key, f.Attempt, f.LeaseID, lease.Milliseconds()},
+		Key:   f.Scope + "\x00" + f.Key,
+		Query: heartbeatSQL,
+		Args:  []any{d.clock(), f.Scope, f.Key, f.Attempt, f.LeaseID, lease.Milliseconds()},
 		Row: func(row groupcommit.Scanner) error {
 			until = sql.NullTime{}
 			err := row.Scan(&until.Time)

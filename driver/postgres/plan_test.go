@@ -1,0 +1,89 @@
+package postgres
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/idemdev/idem/internal/pgtest"
+)
+
+// TestFencedWritesReadByPrimaryKey: a holder's write reads its row by
+// primary key whatever the statistics say. The tables are analyzed while
+// no claim is held, and then 10,000 claims are taken: statistics that make
+// the partial lease indexes look nearly empty. Both the generic plan (the
+// one a prepared statement settles on) and a custom plan must read the
+// primary key and not a lease index: with the state written as a literal,
+// both chose idem_jobs_lease or idem_keys_lease, and read every held claim
+// for each write.
+func TestFencedWritesReadByPrimaryKey(t *testing.T) {
+	t.Parallel()
+	d, err := testOpen(pgtest.NewDB(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	ctx := context.Background()
+	for _, q := range []string{
+		`ALTER TABLE idem_jobs SET (autovacuum_enabled = false)`,
+		`ALTER TABLE idem_keys SET (autovacuum_enabled = false)`,
+		`INSERT INTO idem_jobs (queue, kind, args, state, max_attempts, run_at, created_at, updated_at, finalized_at)
+		SELECT 'q', 'k', '{}', 'completed', 3, now(), now(), now(), now() FROM generate_series(1, 20000)`,
+		`INSERT INTO idem_keys (scope, key, fingerprint, state, attempt, lease_id, lease_until, retention_ms, tombstone_ms,
+			created_at, updated_at, completed_at, expires_at, tombstone_until, status, replays)
+		SELECT 's', 'k' || g, 'f', 'succeeded', 1, 7, now(), 60000, 60000, now(), now(), now(), now() + interval '1 day', now() + interval '2 days', 200, 0
+		FROM generate_series(1, 20000) g`,
+		`ANALYZE idem_jobs, idem_keys`,
+		`UPDATE idem_jobs SET state = 'running', attempt = 1, lease_id = 7, lease_until = now() + interval '1 hour', finalized_at = NULL WHERE id % 2 = 0`,
+		`UPDATE idem_keys SET state = 'in_progress', lease_until = now() + interval '1 hour' WHERE right(key, 1) IN ('0', '2', '4', '6', '8')`,
+	} {
+		if _, err := d.pool.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	writes := []struct {
+		name, sql, args string
+		table           string
+	}{
+		{"complete jobs", completeJobsSQL, `NULL, '{2,4,6}', '{1,1,1}', '{7,7,7}'`, "idem_jobs"},
+		{"finish jobs", finishJobsSQL, `NULL, '{2,4}', '{1,1}', '{7,7}', '{available,dead}', '{1000,0}', '{NULL,NULL}', '{e,e}', '{false,false}'`, "idem_jobs"},
+		{"heartbeat job", heartbeatJobSQL, `NULL, 2, 1, 7, 30000`, "idem_jobs"},
+		{"finish key", finishQuery, `NULL, 's', 'k2', 1, 7, 'succeeded', 200, NULL, NULL`, "idem_keys"},
+		{"heartbeat key", heartbeatSQL, `NULL, 's', 'k2', 1, 7, 30000`, "idem_keys"},
+	}
+	conn, err := d.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	for _, w := range writes {
+		for _, mode := range []string{"force_generic_plan", "force_custom_plan"} {
+			var plan strings.Builder
+			for _, q := range []string{`SET plan_cache_mode = ` + mode, `PREPARE fenced_write AS ` + w.sql} {
+				if _, err := conn.Exec(ctx, q); err != nil {
+					t.Fatalf("%s: %s: %v", w.name, q, err)
+				}
+			}
+			rows, err := conn.Query(ctx, `EXPLAIN EXECUTE fenced_write(`+w.args+`)`)
+			if err != nil {
+				t.Fatalf("%s: explain: %v", w.name, err)
+			}
+			for rows.Next() {
+				var line string
+				if err := rows.Scan(&line); err != nil {
+					t.Fatal(err)
+				}
+				plan.WriteString(line + "\n")
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatalf("%s: explain: %v", w.name, err)
+			}
+			if _, err := conn.Exec(ctx, `DEALLOCATE fenced_write`); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(plan.String(), w.table+"_pkey") || strings.Contains(plan.String(), "_lease") {
+				t.Errorf("%s, %s: the write does not read %s by primary key alone:\n%s", w.name, mode, w.table, plan.String())
+			}
+		}
+	}
+}
