@@ -58,6 +58,11 @@ func (r finishReq) received() finishReq {
 	return r
 }
 
+// short reports whether r ends a job whose work ran for less than d.
+func (r finishReq) short(d time.Duration) bool {
+	return r.ex != nil && r.ex.runTime() < d
+}
+
 // claimReq is a producer's claim handed to the finisher. Its Limit is set
 // when the batch is written: the producer's free slots then, plus the
 // slots of its jobs that the batch ends.
@@ -171,10 +176,16 @@ func (f *finisher) run() {
 	}
 }
 
-// awaitEnds gathers, for a claim of from, the ends of from's jobs whose
-// work has returned but which have not reached the finisher yet
-// (producer.unsent): they are on their way, and the claim takes their
-// slots if they ride with it. It waits at most the fetch cooldown.
+// awaitEnds gathers, for a claim of from, the ends of from's jobs that are
+// on their way, so that the claim takes their slots in the same commit
+// rather than in the next: those whose work has returned but which have
+// not reached the finisher yet (producer.unsent), and, once the batch
+// ends one of from's jobs and while every end in it ran for less than the
+// fetch cooldown, also those still working. Jobs that short end in bursts, a claim's worth at a time: the
+// rest of the burst is about to end, and a claim that waits for it takes
+// all its slots at once, as a loop that claims a batch and completes it
+// does. Longer jobs end one by one, and their ends do not wait for each
+// other. It waits at most the fetch cooldown.
 func (f *finisher) awaitEnds(batch []finishReq, from *producer) []finishReq {
 	var timer *time.Timer
 	defer func() {
@@ -182,7 +193,16 @@ func (f *finisher) awaitEnds(batch []finishReq, from *producer) []finishReq {
 			timer.Stop()
 		}
 	}()
-	for len(batch) < maxFinishBatch && from.unsentNow() > 0 {
+	// short: from's jobs in the batch, at least one, and every job the
+	// batch ends ran for less than the cooldown.
+	short, own := true, false
+	for _, r := range batch {
+		short, own = short && r.short(f.cooldown), own || r.from == from
+	}
+	for len(batch) < maxFinishBatch {
+		if short && own && from.undeliveredNow() == 0 || !(short && own) && from.unsentNow() == 0 {
+			return batch
+		}
 		if timer == nil {
 			timer = time.NewTimer(f.cooldown)
 		}
@@ -190,6 +210,7 @@ func (f *finisher) awaitEnds(batch []finishReq, from *producer) []finishReq {
 		case r := <-f.reqs:
 			r = r.received()
 			batch = append(batch, r)
+			short, own = short && r.short(f.cooldown), own || r.from == from
 		case <-timer.C:
 			return batch
 		case <-f.stop:
