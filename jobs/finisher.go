@@ -179,13 +179,14 @@ func (f *finisher) run() {
 // awaitEnds gathers, for a claim of from, the ends of from's jobs that are
 // on their way, so that the claim takes their slots in the same commit
 // rather than in the next: those whose work has returned but which have
-// not reached the finisher yet (producer.unsent), and, once the batch
-// ends one of from's jobs and while every end in it ran for less than the
-// fetch cooldown, also those still working. Jobs that short end in bursts, a claim's worth at a time: the
-// rest of the burst is about to end, and a claim that waits for it takes
-// all its slots at once, as a loop that claims a batch and completes it
-// does. Longer jobs end one by one, and their ends do not wait for each
-// other. It waits at most the fetch cooldown.
+// not reached the finisher yet (producer.unsent), and, once the batch ends
+// one of from's jobs and while every end in it ran for less than the fetch
+// cooldown, also those still working. Jobs that short end in bursts, a
+// claim's worth at a time: the rest of the burst is about to end, and a
+// claim that waits for it takes all its slots at once, as a loop that
+// claims a batch and completes it does. Longer jobs end one by one, and
+// their ends do not wait for each other. It waits at most the fetch
+// cooldown.
 func (f *finisher) awaitEnds(batch []finishReq, from *producer) []finishReq {
 	var timer *time.Timer
 	defer func() {
@@ -193,16 +194,14 @@ func (f *finisher) awaitEnds(batch []finishReq, from *producer) []finishReq {
 			timer.Stop()
 		}
 	}()
-	// short: from's jobs in the batch, at least one, and every job the
-	// batch ends ran for less than the cooldown.
-	short, own := true, false
-	for _, r := range batch {
+	short, own := true, false // every end ran less than the cooldown; one is from's
+	note := func(r finishReq) {
 		short, own = short && r.short(f.cooldown), own || r.from == from
 	}
-	for len(batch) < maxFinishBatch {
-		if short && own && from.undeliveredNow() == 0 || !(short && own) && from.unsentNow() == 0 {
-			return batch
-		}
+	for _, r := range batch {
+		note(r)
+	}
+	for len(batch) < maxFinishBatch && from.endsToCome(short && own) > 0 {
 		if timer == nil {
 			timer = time.NewTimer(f.cooldown)
 		}
@@ -210,7 +209,7 @@ func (f *finisher) awaitEnds(batch []finishReq, from *producer) []finishReq {
 		case r := <-f.reqs:
 			r = r.received()
 			batch = append(batch, r)
-			short, own = short && r.short(f.cooldown), own || r.from == from
+			note(r)
 		case <-timer.C:
 			return batch
 		case <-f.stop:

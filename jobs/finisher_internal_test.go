@@ -13,7 +13,6 @@ func runningJobs(p *producer, n int, ran time.Duration) []*execution {
 		exs[i] = &execution{p: p, started: time.Now()}
 		exs[i].ran.Store(int64(ran))
 		p.running++
-		p.undelivered++
 	}
 	return exs
 }
@@ -41,8 +40,8 @@ func TestAwaitEnds(t *testing.T) {
 		if batch := f.awaitEnds([]finishReq{first}, p); len(batch) != 3 {
 			t.Fatalf("batch of %d ends, want all 3 of the burst", len(batch))
 		}
-		if n := p.undeliveredNow(); n != 0 {
-			t.Fatalf("%d ends undelivered", n)
+		if n := p.endsToCome(true); n != 0 {
+			t.Fatalf("%d ends still to come", n)
 		}
 	})
 	t.Run("long jobs: only the ends on their way", func(t *testing.T) {

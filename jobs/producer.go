@@ -32,9 +32,6 @@ type producer struct {
 	// received yet (nor ever will: until their executor is done), so that
 	// a claim can wait for the ends on their way (finisher.awaitEnds).
 	unsent int
-	// undelivered counts the running jobs whose end the finisher does not
-	// have: unsent, or still working (see finisher.awaitEnds).
-	undelivered int
 
 	// claiming is set while the fetch loop is on its way to its next claim
 	// in the finisher's batch (waiting for slots, or claiming): not idle,
@@ -85,20 +82,16 @@ func (p *producer) slots() (free, finishing int) {
 	return p.max - p.running, p.finishing
 }
 
-// unsentNow counts the jobs whose work has returned and whose end the
-// finisher does not have yet.
-func (p *producer) unsentNow() int {
+// endsToCome counts the ends the finisher does not have yet: those of the
+// jobs whose work has returned (unsent) and, with working, also those of
+// the jobs still working.
+func (p *producer) endsToCome(working bool) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if working {
+		return p.unsent + p.running - p.finishing
+	}
 	return p.unsent
-}
-
-// undeliveredNow counts the running jobs whose end the finisher does not
-// have yet: unsent, or still working.
-func (p *producer) undeliveredNow() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.undelivered
 }
 
 // delivered records that the finisher has ex's end.
@@ -107,7 +100,6 @@ func (p *producer) delivered(ex *execution) {
 	defer p.mu.Unlock()
 	if !ex.delivered {
 		ex.delivered = true
-		p.undelivered--
 		if ex.finishing {
 			p.unsent--
 		}
@@ -283,7 +275,6 @@ func (p *producer) claimParams() driver.ClaimJobsParams {
 func (p *producer) start(r idemtype.JobRow, sent time.Time) {
 	p.mu.Lock()
 	p.running++
-	p.undelivered++
 	p.mu.Unlock()
 	ex := &execution{c: p.c, p: p, row: r, fence: driver.JobFence{ID: r.ID, Attempt: r.Attempt, LeaseID: r.LeaseID}, claimSent: sent, started: time.Now()}
 	ex.rec = &ex.row
@@ -324,9 +315,6 @@ func (p *producer) done(ex *execution) {
 	p.c.untrack(ex)
 	p.mu.Lock()
 	p.running--
-	if !ex.delivered {
-		p.undelivered--
-	}
 	if ex.finishing {
 		p.finishing--
 		if !ex.delivered {
