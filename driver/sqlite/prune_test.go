@@ -40,7 +40,7 @@ func TestPruneYieldsTheWriter(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	d := tempDriver(t)
-	const n = 3000
+	const n = 500 // more than a first step's rows (firstPruneRows)
 	fillPrunable(t, d, n, time.Hour)
 
 	if err := d.w.lock(ctx); err != nil {
