@@ -257,3 +257,36 @@ func TestGeneratedKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestConcurrentSameKeyWait: with the gateway told to wait (idem serve
+// --on-conflict wait), the concurrent callers are held until the first
+// answer is stored and get it replayed: no 409, so the SDK makes one
+// attempt each, even with its retries off.
+func TestConcurrentSameKeyWait(t *testing.T) {
+	up, gw := setup(t, &idemhttp.Options{OnConflict: idemhttp.Wait})
+	up.slow = 300 * time.Millisecond
+	c := client(gw, "sk_test_alice", 0)
+	ctx := context.Background()
+	const callers = 8
+	ids := make([]string, callers)
+	errs := make([]error, callers)
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Go(func() {
+			pi, err := create(ctx, c, "order-5", 1000)
+			if err == nil {
+				ids[i] = pi.ID
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	for i := range callers {
+		if errs[i] != nil || ids[i] != ids[0] {
+			t.Fatalf("caller %d: %s, %v (caller 0: %s)", i, ids[i], errs[i], ids[0])
+		}
+	}
+	if n, calls := up.effectsOf("order-5"), up.calls.Load(); n != 1 || calls != 1 {
+		t.Fatalf("%d payment intents and %d upstream calls for one key from %d concurrent callers", n, calls, callers)
+	}
+}
