@@ -10,12 +10,14 @@
 package stripego
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,17 +32,18 @@ import (
 
 // payments is the upstream: POST /v1/payment_intents creates one and
 // counts it as an effect. fail, when above zero, makes that many
-// requests fail with 503 before any effect, as a load balancer in front
-// of it would (a plain-text body: stripe-go retries a 5xx whose body is
-// not a Stripe error, and gives up on one that is); slow delays every
-// answer.
+// requests fail with failStatus (503 when unset) before any effect, as a
+// load balancer or rate limiter in front of it would (a plain-text body:
+// stripe-go retries an answer whose body is not a Stripe error, and
+// gives up on a 5xx that is one); slow delays every answer.
 type payments struct {
-	mu      sync.Mutex
-	effects map[string]int // Idempotency-Key the gateway forwarded -> effects
-	total   atomic.Int64
-	calls   atomic.Int64
-	fail    atomic.Int64
-	slow    time.Duration
+	mu         sync.Mutex
+	effects    map[string]int // Idempotency-Key the gateway forwarded -> effects
+	total      atomic.Int64
+	calls      atomic.Int64
+	fail       atomic.Int64
+	failStatus int
+	slow       time.Duration
 }
 
 func (p *payments) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -50,7 +53,7 @@ func (p *payments) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if p.fail.Add(-1) >= 0 {
-		http.Error(w, "no healthy upstream", http.StatusServiceUnavailable)
+		http.Error(w, "nothing done, try again", cmp.Or(p.failStatus, http.StatusServiceUnavailable))
 		return
 	}
 	if err := r.ParseForm(); err != nil {
@@ -183,20 +186,26 @@ func TestTenants(t *testing.T) {
 	}
 }
 
-// TestSDKRetriesAfter503: an upstream 503 says nothing was done, so the
-// gateway releases the key instead of storing the 503; the SDK's retry,
-// with the same key, is forwarded and makes the one payment intent.
-func TestSDKRetriesAfter503(t *testing.T) {
-	up, gw := setup(t, nil)
-	up.fail.Store(1)
-	c := client(gw, "sk_test_alice", 2)
-	pi, err := create(context.Background(), c, "order-3", 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if up.calls.Load() != 2 || up.effectsOf("order-3") != 1 || pi.LastResponse.Header.Get("Idempotent-Replayed") != "" {
-		t.Fatalf("after a 503: %d calls, %d effects, replayed %q", up.calls.Load(), up.effectsOf("order-3"),
-			pi.LastResponse.Header.Get("Idempotent-Replayed"))
+// TestSDKRetriesAfterNothingDone: an upstream 503 or 429 says nothing
+// was done, so the gateway releases the key instead of storing the
+// answer; the SDK's retry, with the same key, is forwarded and makes the
+// one payment intent.
+func TestSDKRetriesAfterNothingDone(t *testing.T) {
+	for _, status := range []int{http.StatusServiceUnavailable, http.StatusTooManyRequests} {
+		t.Run(strconv.Itoa(status), func(t *testing.T) {
+			up, gw := setup(t, nil)
+			up.failStatus = status
+			up.fail.Store(1)
+			c := client(gw, "sk_test_alice", 2)
+			pi, err := create(context.Background(), c, "order-3", 1000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if up.calls.Load() != 2 || up.effectsOf("order-3") != 1 || pi.LastResponse.Header.Get("Idempotent-Replayed") != "" {
+				t.Fatalf("after a %d: %d calls, %d effects, replayed %q", status, up.calls.Load(), up.effectsOf("order-3"),
+					pi.LastResponse.Header.Get("Idempotent-Replayed"))
+			}
+		})
 	}
 }
 
@@ -207,15 +216,27 @@ func TestSDKRetriesAfter503(t *testing.T) {
 func TestConcurrentSameKey(t *testing.T) {
 	up, gw := setup(t, nil)
 	up.slow = 300 * time.Millisecond
-	c := client(gw, "sk_test_alice", 8)
+	createConcurrently(t, client(gw, "sk_test_alice", 8), "order-4")
+	if n := up.effectsOf("order-4"); n != 1 {
+		t.Fatalf("%d payment intents for one key from %d concurrent callers", n, concurrentCallers)
+	}
+}
+
+// concurrentCallers is how many goroutines createConcurrently runs.
+const concurrentCallers = 8
+
+// createConcurrently creates a payment intent with key from
+// concurrentCallers goroutines at once, and fails t unless every one of
+// them got the same one.
+func createConcurrently(t *testing.T, c *stripe.Client, key string) {
+	t.Helper()
 	ctx := context.Background()
-	const callers = 8
-	ids := make([]string, callers)
-	errs := make([]error, callers)
+	ids := make([]string, concurrentCallers)
+	errs := make([]error, concurrentCallers)
 	var wg sync.WaitGroup
-	for i := range callers {
+	for i := range concurrentCallers {
 		wg.Go(func() {
-			pi, err := create(ctx, c, "order-4", 1000)
+			pi, err := create(ctx, c, key, 1000)
 			if err == nil {
 				ids[i] = pi.ID
 			}
@@ -223,13 +244,10 @@ func TestConcurrentSameKey(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	for i := range callers {
+	for i := range concurrentCallers {
 		if errs[i] != nil || ids[i] != ids[0] {
 			t.Fatalf("caller %d: %s, %v (caller 0: %s)", i, ids[i], errs[i], ids[0])
 		}
-	}
-	if n := up.effectsOf("order-4"); n != 1 {
-		t.Fatalf("%d payment intents for one key from %d concurrent callers", n, callers)
 	}
 }
 
@@ -265,28 +283,8 @@ func TestGeneratedKeys(t *testing.T) {
 func TestConcurrentSameKeyWait(t *testing.T) {
 	up, gw := setup(t, &idemhttp.Options{OnConflict: idemhttp.Wait})
 	up.slow = 300 * time.Millisecond
-	c := client(gw, "sk_test_alice", 0)
-	ctx := context.Background()
-	const callers = 8
-	ids := make([]string, callers)
-	errs := make([]error, callers)
-	var wg sync.WaitGroup
-	for i := range callers {
-		wg.Go(func() {
-			pi, err := create(ctx, c, "order-5", 1000)
-			if err == nil {
-				ids[i] = pi.ID
-			}
-			errs[i] = err
-		})
-	}
-	wg.Wait()
-	for i := range callers {
-		if errs[i] != nil || ids[i] != ids[0] {
-			t.Fatalf("caller %d: %s, %v (caller 0: %s)", i, ids[i], errs[i], ids[0])
-		}
-	}
+	createConcurrently(t, client(gw, "sk_test_alice", 0), "order-5")
 	if n, calls := up.effectsOf("order-5"), up.calls.Load(); n != 1 || calls != 1 {
-		t.Fatalf("%d payment intents and %d upstream calls for one key from %d concurrent callers", n, calls, callers)
+		t.Fatalf("%d payment intents and %d upstream calls for one key from %d concurrent callers", n, calls, concurrentCallers)
 	}
 }
