@@ -266,6 +266,12 @@ var _ driver.PacedPruner = (*Driver)(nil)
 // still finishes under steady load. Either way a claim waits behind at
 // most one step, not a whole batch.
 //
+// The pause after a step begins with a passive checkpoint (see
+// checkpoint): the prune copies the pages it wrote to the WAL into the
+// database file itself, on a pool connection, without the writer. The
+// automatic checkpoint would copy them inside whichever commit crosses
+// wal_autocheckpoint, holding the writer: a step's or a claim's.
+//
 // A step commits without waiting for the disk (see beginUnsynced): a
 // power cut may undo the last steps, which the next sweep redoes; a claim
 // that saw a record gone commits with the durability asked for, which
@@ -330,7 +336,7 @@ func (d *Driver) PrunePaced(ctx context.Context, limit int, duty float64) (idemt
 				return out, err
 			}
 			if !pruneDone(&kinds, limit) {
-				if err := d.w.yieldToOthers(ctx, time.Since(held), duty); err != nil {
+				if err := d.yieldToOthers(ctx, time.Since(held), duty); err != nil {
 					return out, err
 				}
 			}
@@ -369,19 +375,21 @@ const (
 )
 
 // yieldToOthers waits after a prune step that held the writer for took:
-// the pause of duty (driver.DutyPause), then until the writer has been
-// idle for pruneQuiet, at most until the step's share of the time since
-// it began is down to pruneMinDuty (or duty, if lower).
-func (w *writer) yieldToOthers(ctx context.Context, took time.Duration, duty float64) error {
-	start := time.Now()
-	if err := driver.DutyPause(ctx, took, duty, maxPruneStepPause); err != nil {
-		return err
-	}
+// the pause of duty (as driver.DutyPause), the first of it spent in a
+// checkpoint, then until the writer has been idle for pruneQuiet, at most
+// until the step's share of the time since it began is down to
+// pruneMinDuty (or duty, if lower).
+func (d *Driver) yieldToOthers(ctx context.Context, took time.Duration, duty float64) error {
 	if duty >= 1 {
 		return nil
 	}
+	start := time.Now()
 	floor := min(duty, pruneMinDuty)
+	paused := start.Add(min(time.Duration(float64(took)*(1-duty)/duty), maxPruneStepPause))
 	deadline := start.Add(min(time.Duration(float64(took)*(1-floor)/floor), maxPruneStepPause))
+	if err := d.checkpoint(ctx); err != nil {
+		return err
+	}
 	var t *time.Timer
 	defer func() {
 		if t != nil {
@@ -389,12 +397,16 @@ func (w *writer) yieldToOthers(ctx context.Context, took time.Duration, duty flo
 		}
 	}()
 	for {
-		idle := w.idleFor()
-		left := time.Until(deadline)
-		if idle >= pruneQuiet || left <= 0 {
+		var wait time.Duration
+		switch now, idle := time.Now(), d.w.idleFor(); {
+		case now.Before(paused):
+			wait = paused.Sub(now)
+		case idle >= pruneQuiet || !now.Before(deadline):
 			return nil
+		default:
+			wait = min(pruneQuiet-idle, deadline.Sub(now))
 		}
-		if wait := min(pruneQuiet-idle, left); t == nil {
+		if t == nil {
 			t = time.NewTimer(wait)
 		} else {
 			t.Reset(wait)
@@ -405,6 +417,20 @@ func (w *writer) yieldToOthers(ctx context.Context, took time.Duration, duty flo
 		case <-t.C:
 		}
 	}
+}
+
+// checkpoint copies the pages committed to the WAL into the database file
+// (PRAGMA wal_checkpoint(PASSIVE)) on a pool connection: it does not take
+// the writer, and writers and readers go on meanwhile. Copied up to the
+// end, the WAL starts over at the next commit instead of growing past
+// wal_autocheckpoint, and no commit holding the writer has to copy it.
+// Another connection's checkpoint under way makes it do nothing.
+func (d *Driver) checkpoint(ctx context.Context) error {
+	var busy, logged, copied int
+	if err := d.r.QueryRow(ctx, `PRAGMA wal_checkpoint(PASSIVE)`).Scan(&busy, &logged, &copied); err != nil {
+		return fmt.Errorf("sqlite: prune: checkpoint: %w", err)
+	}
+	return nil
 }
 
 // pruneDone reports whether no kind of row is left to prune in this batch.

@@ -2,6 +2,8 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -148,7 +150,7 @@ func TestPacedPruneWaitsForAnIdleWriter(t *testing.T) {
 	yielded := make(chan error, 1)
 	// A step of 100 ms at duty 0.5 pauses 100 ms, and may wait up to a
 	// second (the floor's share, 0.1, capped) for an idle writer.
-	go func() { yielded <- d.w.yieldToOthers(ctx, 100*time.Millisecond, 0.5) }()
+	go func() { yielded <- d.yieldToOthers(ctx, 100*time.Millisecond, 0.5) }()
 	time.Sleep(300 * time.Millisecond)
 	select {
 	case err := <-yielded:
@@ -207,5 +209,58 @@ func TestPacedPruneFinishesUnderSteadyLoad(t *testing.T) {
 	}
 	if writes == 0 {
 		t.Error("no write of the load ran while the prune did")
+	}
+}
+
+// A paced prune copies the pages it wrote from the WAL into the database
+// file itself, in the pause after each step, without the writer: with the
+// writer's automatic checkpoint off, the WAL starts over after every step
+// and stays about a step long. Against it, the same prune while a reader
+// holds a snapshot from before it, which no checkpoint may copy past: its
+// WAL holds every step.
+func TestPacedPruneCheckpointsBetweenSteps(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const n = 2000
+	walAfter := func(pinned bool) int64 {
+		path := filepath.Join(t.TempDir(), "idem.db")
+		d, err := testOpen(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		fillPrunable(t, d, n, time.Hour)
+		for _, q := range []string{`PRAGMA wal_checkpoint(TRUNCATE)`, `PRAGMA wal_autocheckpoint = 0`} {
+			if _, err := d.w.Exec(ctx, q); err != nil {
+				t.Fatal(q, err)
+			}
+		}
+		if pinned {
+			tx, err := d.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback()
+			var k int
+			if err := tx.QueryRow(`SELECT count(*) FROM idem_keys`).Scan(&k); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c, err := d.PrunePaced(ctx, n, 0.5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Deleted != n {
+			t.Fatalf("deleted %d of %d records", c.Deleted, n)
+		}
+		fi, err := os.Stat(path + "-wal")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Size()
+	}
+	free, pinned := walAfter(false), walAfter(true)
+	if free > pinned/2 {
+		t.Errorf("WAL after a paced prune of %d records: %d bytes, against %d with a reader pinning it: want it copied out between steps", n, free, pinned)
 	}
 }
