@@ -30,13 +30,15 @@ type PruneOptions struct {
 	// Duty bounds the share of time the sweep holds the database's writers
 	// while more batches remain: after a batch that took d, the next starts
 	// no sooner than d×(1−Duty)/Duty later, so that live claims get their
-	// turn. On SQLite, where the sweep and the claims share one writer, a
-	// batch works in steps of a few milliseconds instead, each its own
-	// transaction, and the pause follows every step; below 1 a step also
-	// waits for the writer to have been idle 2 ms, down to a share of 0.1
-	// (or Duty, if lower) under load that never leaves it idle, so that
-	// the sweep backs off under load and still finishes (see
-	// driver.PacedPruner). Default 0.5; 1 runs the batches back to back.
+	// turn. Below 1 the next batch also waits for the ledger's writes to
+	// have been idle 2 ms, down to a share of 0.1 (or Duty, if lower)
+	// under load that never leaves them idle, so that the sweep backs off
+	// under load and still finishes (see driver.PacedPruner). On SQLite,
+	// where the sweep and the claims share one writer, a batch works in
+	// steps of a few milliseconds, each its own transaction, and the
+	// pause follows every step; on PostgreSQL a batch is one statement,
+	// and it gives way to the writes of this process's ledger only.
+	// Default 0.5; 1 runs the batches back to back.
 	Duty float64
 }
 
@@ -83,12 +85,14 @@ func (l *Ledger) Prune(ctx context.Context, opts *PruneOptions) (PruneStats, err
 		} else {
 			r, err = l.drv.Prune(ctx, size)
 		}
+		// A paced batch that failed or was stopped in a pause still
+		// reports what it committed.
+		st.Tombstoned += r.Tombstoned
+		st.Deleted += r.Deleted
 		if err != nil {
 			return st, fmt.Errorf("idem: prune: %w", err)
 		}
 		st.Batches++
-		st.Tombstoned += r.Tombstoned
-		st.Deleted += r.Deleted
 		l.observe(ctx, Event{Kind: EventPrune, Tombstoned: r.Tombstoned, Deleted: r.Deleted, Took: time.Since(start)})
 		if o.Progress != nil {
 			o.Progress(st)

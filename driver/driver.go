@@ -160,10 +160,11 @@ type Ledger interface {
 // short steps, each a transaction, and after each pauses so that it holds
 // the database's writer at most duty (between 0.05 and 1) of the time,
 // instead of the caller pausing between whole batches. A claim waits
-// behind at most one step. SQLite's driver is one: its batch would
-// otherwise hold the one writer for the whole batch. Below duty 1 it also
-// yields to live traffic: a step waits for the writer to be idle a
-// moment, down to a floor share under load that never leaves it idle.
+// behind at most one step. Below duty 1 it also yields to live traffic
+// (see Yield): a step waits for the writes to be idle a moment, down to a
+// floor share under load that never leaves them idle. SQLite's driver is
+// one: its batch would otherwise hold the one writer for the whole batch.
+// PostgreSQL's is one whose step is its whole batch, one statement.
 type PacedPruner interface {
 	// PrunePaced is Prune in paced steps.
 	PrunePaced(ctx context.Context, limit int, duty float64) (idemtype.PruneCounts, error)

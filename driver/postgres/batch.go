@@ -8,6 +8,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemdev/idem/driver"
@@ -274,7 +275,32 @@ func (d *Driver) runAlone(batch []*groupcommit.Write) {
 // write runs w through group commit (or on q), and marks an error after
 // which w may have been applied (see unknownOutcome).
 func (d *Driver) write(ctx context.Context, q driver.Executor, w *groupcommit.Write) error {
+	d.writes.begin()
+	defer d.writes.end()
 	return unknownOutcome(d.gc.Write(ctx, q, w))
+}
+
+// liveWrites tracks the ledger's writes in this process (claims,
+// completions, heartbeats): how many are in flight and when the last
+// ended, so that a paced prune gives way to them (see PrunePaced).
+type liveWrites struct {
+	inFlight atomic.Int64
+	ended    atomic.Int64 // Unix nanoseconds
+}
+
+func (lw *liveWrites) begin() { lw.inFlight.Add(1) }
+
+func (lw *liveWrites) end() {
+	lw.ended.Store(time.Now().UnixNano())
+	lw.inFlight.Add(-1)
+}
+
+// idleFor is how long no write has been in flight: zero while one is.
+func (lw *liveWrites) idleFor() time.Duration {
+	if lw.inFlight.Load() > 0 {
+		return 0
+	}
+	return max(0, time.Since(time.Unix(0, lw.ended.Load())))
 }
 
 // unknownOutcome wraps err with driver.ErrOutcomeUnknown when the

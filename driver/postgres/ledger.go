@@ -269,6 +269,34 @@ func (d *Driver) Resolve(ctx context.Context, p driver.ResolveParams) (idemtype.
 	return rec, nil
 }
 
+var _ driver.PacedPruner = (*Driver)(nil)
+
+// PrunePaced is Prune, then, when a batch came back full (more remain)
+// and duty is below 1, a pause that gives way to the ledger's live writes
+// in this process (driver.Yield): the pause duty asks for, then until no
+// claim or completion has been in flight for pruneQuiet, at most until
+// the sweep's share of the time is down to pruneMinDuty (or duty, if
+// lower). A batch is one statement, a step of its own; on two cores its
+// work on the server takes CPU time from the claims, which a sweep at a
+// fixed share cut by a third (docs/performance.md).
+func (d *Driver) PrunePaced(ctx context.Context, limit int, duty float64) (idemtype.PruneCounts, error) {
+	start := time.Now()
+	c, err := d.Prune(ctx, limit)
+	if err != nil || duty >= 1 || (c.Tombstoned < limit && c.Deleted < limit) {
+		return c, err
+	}
+	y := driver.Yield{Floor: pruneMinDuty, Quiet: pruneQuiet, Longest: time.Second, IdleFor: d.writes.idleFor}
+	return c, y.Wait(ctx, time.Now(), time.Since(start), duty)
+}
+
+// A paced prune's batch waits for the ledger's writes to have been idle
+// for pruneQuiet, but no longer than keeps its share of the time at
+// pruneMinDuty.
+const (
+	pruneQuiet   = 2 * time.Millisecond
+	pruneMinDuty = 0.1
+)
+
 // Prune deletes completed records past both their retention and their
 // tombstone window at once (counted as tombstoned and deleted), drops the
 // results of records past retention only (they become tombstones), and

@@ -67,6 +67,7 @@ type Driver struct {
 	// on connections of their own.
 	gc         *groupcommit.Writer
 	committers []*committer
+	writes     liveWrites // the ledger's writes, which a paced prune gives way to
 }
 
 // New makes a driver on the application's pool. Hand it to idem.New, which

@@ -374,49 +374,18 @@ const (
 	pruneMinDuty = 0.1
 )
 
-// yieldToOthers waits after a prune step that held the writer for took:
-// the pause of duty (as driver.DutyPause), the first of it spent in a
-// checkpoint, then until the writer has been idle for pruneQuiet, at most
-// until the step's share of the time since it began is down to
-// pruneMinDuty (or duty, if lower).
+// yieldToOthers waits after a prune step that held the writer for took
+// (see driver.Yield), the first of the pause spent in a checkpoint.
 func (d *Driver) yieldToOthers(ctx context.Context, took time.Duration, duty float64) error {
 	if duty >= 1 {
 		return nil
 	}
-	start := time.Now()
-	floor := min(duty, pruneMinDuty)
-	paused := start.Add(min(time.Duration(float64(took)*(1-duty)/duty), maxPruneStepPause))
-	deadline := start.Add(min(time.Duration(float64(took)*(1-floor)/floor), maxPruneStepPause))
+	since := time.Now()
 	if err := d.checkpoint(ctx); err != nil {
 		return err
 	}
-	var t *time.Timer
-	defer func() {
-		if t != nil {
-			t.Stop()
-		}
-	}()
-	for {
-		var wait time.Duration
-		switch now, idle := time.Now(), d.w.idleFor(); {
-		case now.Before(paused):
-			wait = paused.Sub(now)
-		case idle >= pruneQuiet || !now.Before(deadline):
-			return nil
-		default:
-			wait = min(pruneQuiet-idle, deadline.Sub(now))
-		}
-		if t == nil {
-			t = time.NewTimer(wait)
-		} else {
-			t.Reset(wait)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
+	y := driver.Yield{Floor: pruneMinDuty, Quiet: pruneQuiet, Longest: maxPruneStepPause, IdleFor: d.w.idleFor}
+	return y.Wait(ctx, since, took, duty)
 }
 
 // checkpoint copies the pages committed to the WAL into the database file
