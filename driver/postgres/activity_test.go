@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/idemdev/idem/driver"
-	"github.com/idemdev/idem/internal/pgtest"
 )
 
 // On a ledger of 200,000 records the recent list is read backwards
@@ -18,11 +17,7 @@ import (
 func TestActivityOnALargeLedger(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d, err := testOpen(pgtest.NewDB(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := openTest(t)
 	const rows = 200_000
 	keys, err := d.FillCompleted(ctx, driver.FillParams{N: rows, Scope: "s", Scopes: 10, Retention: time.Hour, TombstoneTTL: time.Hour, Sample: 10_000})
 	if err != nil {
@@ -85,11 +80,7 @@ func TestActivityOnALargeLedger(t *testing.T) {
 func TestReportActivitySkipsLockedRecords(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d, err := testOpen(pgtest.NewDB(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := openTest(t)
 	keys, err := d.FillCompleted(ctx, driver.FillParams{N: 2, Scope: "s", Scopes: 1, Retention: time.Hour, TombstoneTTL: time.Hour, Sample: 2})
 	if err != nil || len(keys) != 2 {
 		t.Fatalf("fill: %v %v", keys, err)

@@ -129,6 +129,17 @@ func TestGroupCommitLockWait(t *testing.T) {
 	}
 }
 
+// openTest opens a driver on a new database, closed when the test ends.
+func openTest(t *testing.T) *Driver {
+	t.Helper()
+	d, err := testOpen(pgtest.NewDB(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
 // testOpen opens and sets up a driver on url.
 func testOpen(url string) (*Driver, error) {
 	pool, err := pgxpool.New(context.Background(), url)

@@ -13,7 +13,6 @@ import (
 	"github.com/idemdev/idem/driver"
 	"github.com/idemdev/idem/idemtype"
 	"github.com/idemdev/idem/internal/groupcommit"
-	"github.com/idemdev/idem/internal/pgtest"
 )
 
 // TestGroupCommitLargeFinish: completions with large bodies (sent alone by
@@ -23,11 +22,7 @@ import (
 // stores NULL meta.
 func TestGroupCommitLargeFinish(t *testing.T) {
 	t.Parallel()
-	d, err := testOpen(pgtest.NewDB(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := openTest(t)
 	var large atomic.Int64 // large writes the committers were given
 	d.gc.Close()
 	commits := make([]func([]*groupcommit.Write), len(d.committers))

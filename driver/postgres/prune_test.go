@@ -8,7 +8,6 @@ import (
 
 	"github.com/idemdev/idem/driver"
 	"github.com/idemdev/idem/internal/groupcommit"
-	"github.com/idemdev/idem/internal/pgtest"
 )
 
 // A paced prune gives way to the ledger's writes: the driver counts a
@@ -17,11 +16,7 @@ import (
 func TestPacedPruneSeesLiveWrites(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d, err := testOpen(pgtest.NewDB(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := openTest(t)
 
 	wrote := make(chan error, 1)
 	go func() {
