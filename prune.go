@@ -85,10 +85,13 @@ func (l *Ledger) Prune(ctx context.Context, opts *PruneOptions) (PruneStats, err
 		} else {
 			r, err = l.drv.Prune(ctx, size)
 		}
-		// A paced batch that failed or was stopped in a pause still
-		// reports what it committed.
+		// A paced batch that failed, or was stopped in a pause, reports
+		// what it committed all the same: counted, and observed.
 		st.Tombstoned += r.Tombstoned
 		st.Deleted += r.Deleted
+		if err != nil && r.Tombstoned+r.Deleted > 0 {
+			l.observe(ctx, Event{Kind: EventPrune, Tombstoned: r.Tombstoned, Deleted: r.Deleted, Took: time.Since(start), Err: err})
+		}
 		if err != nil {
 			return st, fmt.Errorf("idem: prune: %w", err)
 		}
