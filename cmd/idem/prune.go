@@ -8,7 +8,7 @@ import (
 	"github.com/idemdev/idem"
 )
 
-const pruneUsage = "idem prune [--db URL] [--dry-run] [--batch N] [--max-batches N] [--json]"
+const pruneUsage = "idem prune [--db URL] [--dry-run] [--batch N] [--max-batches N] [--duty F] [--json]"
 
 func init() {
 	register(command{
@@ -44,11 +44,17 @@ In-progress and parked records, and records still replayed, are never
 touched. Each record keeps the retention it was claimed with. Safe to run
 from several hosts at once, and to interrupt (Ctrl-C stops after the
 current batch). --dry-run counts what a sweep would change now, writing
-nothing.`)
+nothing.
+
+--duty bounds the share of the time the sweep holds the database's
+writers while more remains (default 0.5: after a batch, or on SQLite a
+step of one, a pause as long). 1 runs the batches back to back, for a
+backlog at a quiet hour; live claims then wait behind each batch.`)
 	db := fs.String("db", "", dbFlagHelp)
 	dry := fs.Bool("dry-run", false, "count what would change; write nothing")
 	batch := fs.Int("batch", 1000, "change at most `N` rows of each kind per batch (1…100000)")
 	maxBatches := fs.Int("max-batches", 0, "stop after `N` batches (0: until done)")
+	duty := fs.Float64("duty", 0.5, "share `F` of the time the sweep may hold the writers (0.05…1; 1: batches back to back)")
 	asJSON := fs.Bool("json", false, "print the totals as JSON")
 	logf := addLogFlags(fs, "info")
 	pos, code, done := parseArgs(fs, args, stdout)
@@ -63,6 +69,9 @@ nothing.`)
 	}
 	if *maxBatches < 0 {
 		return usageError(fs, stderr, "--max-batches %d: want 0 or more", *maxBatches)
+	}
+	if !(*duty >= 0.05 && *duty <= 1) { // NaN too
+		return usageError(fs, stderr, "--duty %v: want a share between 0.05 and 1", *duty)
 	}
 	log, err := logf.logger(stderr)
 	if err != nil {
@@ -91,6 +100,7 @@ nothing.`)
 	st, err := l.Prune(ctx, &idem.PruneOptions{
 		BatchSize:  *batch,
 		MaxBatches: *maxBatches,
+		Duty:       *duty,
 		Progress: func(s idem.PruneStats) {
 			fmt.Fprintf(stderr, "idem prune: batch %d: %d tombstoned, %d deleted so far\n", s.Batches, s.Tombstoned, s.Deleted)
 		},

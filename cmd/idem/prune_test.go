@@ -60,10 +60,27 @@ func TestPruneStopsAtMaxBatchesAndSaysWhatIsLeft(t *testing.T) {
 	}
 }
 
+// TestPruneDuty: the sweep's pacing changes when it runs, not what it
+// changes; the smallest share allowed and back to back alike sweep all.
+func TestPruneDuty(t *testing.T) {
+	t.Parallel()
+	for _, duty := range []string{"1", "0.05"} {
+		s := opSeed(t)
+		r := opRun(t, "", "prune", "--db", s.url, "--batch", "1", "--duty", duty, "--json").must(t, 0)
+		var got pruneJSON
+		if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+			t.Fatalf("--duty %s: %v: %s", duty, err, r.stdout)
+		}
+		if got.Tombstoned != 2 || got.Deleted != 1 || !got.Complete {
+			t.Errorf("--duty %s: %+v", duty, got)
+		}
+	}
+}
+
 func TestPruneRefusesBadInput(t *testing.T) {
 	t.Parallel()
 	s := opSeed(t)
-	for _, args := range [][]string{{"--batch", "0"}, {"--max-batches", "-1"}, {"now"}, {"--log-format", "xml"}} {
+	for _, args := range [][]string{{"--batch", "0"}, {"--max-batches", "-1"}, {"--duty", "0"}, {"--duty", "1.5"}, {"--duty", "NaN"}, {"now"}, {"--log-format", "xml"}} {
 		if r := opRun(t, "", append([]string{"prune", "--db", s.url}, args...)...); r.code != 2 {
 			t.Errorf("%v: exit %d, stderr %s", args, r.code, r.stderr)
 		}
