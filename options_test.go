@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"math"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -47,9 +48,17 @@ func TestPruneDutyBounds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	for _, d := range []float64{-1, 0.01, 1.5} {
+	for _, d := range []float64{-1, 0.01, 1.5, math.NaN()} {
+		if err := (&idem.PruneOptions{Duty: d}).Validate(); !errors.Is(err, idem.ErrInvalid) {
+			t.Errorf("Validate, Duty %v: %v, want ErrInvalid", d, err)
+		}
 		if _, err := l.Prune(ctx, &idem.PruneOptions{Duty: d}); !errors.Is(err, idem.ErrInvalid) {
 			t.Errorf("Duty %v: %v, want ErrInvalid", d, err)
+		}
+	}
+	for _, d := range []float64{0, 0.05, 1} {
+		if err := (&idem.PruneOptions{Duty: d}).Validate(); err != nil {
+			t.Errorf("Validate, Duty %v: %v", d, err)
 		}
 	}
 	if _, err := l.Prune(ctx, &idem.PruneOptions{Duty: 1}); err != nil {

@@ -10,12 +10,12 @@ import (
 	"github.com/idemdev/idem/idemtype"
 )
 
-// The sweep's default pacing: half the time for batches, half for the
-// writes they would otherwise hold up; never more than a second's pause.
-const (
-	defaultPruneDuty = 0.5
-	maxPrunePause    = time.Second
-)
+// DefaultPruneDuty is PruneOptions.Duty's default: half the time for
+// batches, half for the writes they would otherwise hold up.
+const DefaultPruneDuty = 0.5
+
+// maxPrunePause bounds one pause of the sweep.
+const maxPrunePause = time.Second
 
 // PruneOptions bounds a Prune. Nil means defaults.
 type PruneOptions struct {
@@ -38,8 +38,28 @@ type PruneOptions struct {
 	// steps of a few milliseconds, each its own transaction, and the
 	// pause follows every step; on PostgreSQL a batch is one statement,
 	// and it gives way to the writes of this process's ledger only.
-	// Default 0.5; 1 runs the batches back to back.
+	// Default 0.5 (DefaultPruneDuty); 1 runs the batches back to back.
 	Duty float64
+}
+
+// Validate reports what Prune would refuse o for, without a ledger: for
+// command lines that check their flags before opening a database. A bad
+// option is an *InputError whose Field names it.
+func (o *PruneOptions) Validate() error {
+	_, err := o.duty()
+	return err
+}
+
+// duty is the share in force: Duty, or its default when 0.
+func (o *PruneOptions) duty() (float64, error) {
+	switch d := o.Duty; {
+	case d == 0:
+		return DefaultPruneDuty, nil
+	case !(d >= 0.05 && d <= 1): // NaN too
+		return 0, &InputError{Field: "duty", Reason: fmt.Sprintf("%v: want a share between 0.05 and 1", d)}
+	default:
+		return d, nil
+	}
 }
 
 // PruneStats totals what a Prune changed.
@@ -61,12 +81,9 @@ func (l *Ledger) Prune(ctx context.Context, opts *PruneOptions) (PruneStats, err
 	}
 	size := cmp.Or(o.BatchSize, 1000)
 	var st PruneStats
-	duty := o.Duty
-	switch {
-	case duty == 0:
-		duty = defaultPruneDuty
-	case duty < 0.05 || duty > 1:
-		return PruneStats{}, &InputError{Field: "duty", Reason: fmt.Sprintf("%v: want a share between 0.05 and 1", o.Duty)}
+	duty, err := o.duty()
+	if err != nil {
+		return st, err
 	}
 	// A driver that paces its own steps (SQLite's) pauses inside a batch;
 	// the others pause here, between batches.

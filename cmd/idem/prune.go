@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 
@@ -54,7 +55,7 @@ backlog at a quiet hour; live claims then wait behind each batch.`)
 	dry := fs.Bool("dry-run", false, "count what would change; write nothing")
 	batch := fs.Int("batch", 1000, "change at most `N` rows of each kind per batch (1…100000)")
 	maxBatches := fs.Int("max-batches", 0, "stop after `N` batches (0: until done)")
-	duty := fs.Float64("duty", 0.5, "share `F` of the time the sweep may hold the writers (0.05…1; 1: batches back to back)")
+	duty := fs.Float64("duty", idem.DefaultPruneDuty, "share `F` of the time the sweep may hold the writers (0.05…1; 1: batches back to back)")
 	asJSON := fs.Bool("json", false, "print the totals as JSON")
 	logf := addLogFlags(fs, "info")
 	pos, code, done := parseArgs(fs, args, stdout)
@@ -70,8 +71,12 @@ backlog at a quiet hour; live claims then wait behind each batch.`)
 	if *maxBatches < 0 {
 		return usageError(fs, stderr, "--max-batches %d: want 0 or more", *maxBatches)
 	}
-	if !(*duty >= 0.05 && *duty <= 1) { // NaN too
-		return usageError(fs, stderr, "--duty %v: want a share between 0.05 and 1", *duty)
+	opts := &idem.PruneOptions{BatchSize: *batch, MaxBatches: *maxBatches, Duty: *duty}
+	if *duty == 0 { // the library reads 0 as its default; a flag given 0 means none
+		return usageError(fs, stderr, "--duty 0: want a share of the time above 0 (without --duty: %v)", idem.DefaultPruneDuty)
+	}
+	if bad := (*idem.InputError)(nil); errors.As(opts.Validate(), &bad) {
+		return usageError(fs, stderr, "--%s %s", bad.Field, bad.Reason)
 	}
 	log, err := logf.logger(stderr)
 	if err != nil {
@@ -97,14 +102,10 @@ backlog at a quiet hour; live claims then wait behind each batch.`)
 		return 0
 	}
 
-	st, err := l.Prune(ctx, &idem.PruneOptions{
-		BatchSize:  *batch,
-		MaxBatches: *maxBatches,
-		Duty:       *duty,
-		Progress: func(s idem.PruneStats) {
-			fmt.Fprintf(stderr, "idem prune: batch %d: %d tombstoned, %d deleted so far\n", s.Batches, s.Tombstoned, s.Deleted)
-		},
-	})
+	opts.Progress = func(s idem.PruneStats) {
+		fmt.Fprintf(stderr, "idem prune: batch %d: %d tombstoned, %d deleted so far\n", s.Batches, s.Tombstoned, s.Deleted)
+	}
+	st, err := l.Prune(ctx, opts)
 	out := pruneJSON{Tombstoned: st.Tombstoned, Deleted: st.Deleted, Batches: st.Batches, Complete: err == nil}
 	if err == nil && *maxBatches > 0 && st.Batches == *maxBatches {
 		// Stopped by --max-batches: say what is left, if it can be counted.

@@ -81,8 +81,12 @@ func TestPruneRefusesBadInput(t *testing.T) {
 	t.Parallel()
 	s := opSeed(t)
 	for _, args := range [][]string{{"--batch", "0"}, {"--max-batches", "-1"}, {"--duty", "0"}, {"--duty", "1.5"}, {"--duty", "NaN"}, {"now"}, {"--log-format", "xml"}} {
-		if r := opRun(t, "", append([]string{"prune", "--db", s.url}, args...)...); r.code != 2 {
+		r := opRun(t, "", append([]string{"prune", "--db", s.url}, args...)...)
+		if r.code != 2 {
 			t.Errorf("%v: exit %d, stderr %s", args, r.code, r.stderr)
+		}
+		if args[0] == "--duty" && !strings.Contains(r.stderr, "--duty "+args[1]+": want a share") {
+			t.Errorf("%v: stderr %s", args, r.stderr) // refused for its value, not as an unknown flag
 		}
 	}
 }
