@@ -121,6 +121,10 @@ func (p *cutProxy) serve(client net.Conn) {
 	p.frontend(client, server)
 }
 
+// forceCutAt is the COMMIT the proxy cuts, if the odds cut none before
+// it. Not the first: that one may be a worker's setup.
+const forceCutAt = 2
+
 // Frontend message types the proxy looks at.
 const (
 	msgQuery = 'Q'
@@ -171,8 +175,11 @@ func (p *cutProxy) frontend(client, server net.Conn) {
 		cut, before := false, false
 		switch {
 		case isCommit:
-			p.commitsSeen.Add(1)
-			if cut = p.chance(p.commit); cut {
+			n := p.commitsSeen.Add(1)
+			// By chance, or at the forceCutAt-th COMMIT if none was cut
+			// before it: a short run's few COMMITs may all escape the
+			// odds, and the attack must land.
+			if cut = p.chance(p.commit) || n >= forceCutAt && p.cutBefore.Load()+p.cutAfter.Load() == 0; cut {
 				before = p.chance(0.5)
 			}
 		case msg[0] == msgQuery || msg[0] == msgSync:
