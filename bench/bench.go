@@ -96,6 +96,10 @@ type Options struct {
 	// the next fill: time for autovacuum to mark the freed space reusable.
 	// Default 0: the next fill starts at once.
 	CyclePause time.Duration
+	// CycleVacuum has the cycles rows prune with PruneOptions.Vacuum: on
+	// PostgreSQL a VACUUM of the ledger's table after each prune, inside
+	// the prune's time.
+	CycleVacuum bool
 	// Runs is how many times each row is measured, one run after the
 	// other on the same databases (the scale rows: on the same fill); the
 	// row then carries the run whose ratio is the median (see Result.Runs).

@@ -48,7 +48,7 @@ func (r *runner) cycleRows(ctx context.Context) ([]Result, error) {
 		shift.Add(int64(pruneShift))
 		r.progress("cycles: %d of %d: pruning them", i, pruneCycles)
 		var p pruneStat
-		if err := p.run(ctx, l, 0); err != nil {
+		if err := p.runWith(ctx, l, &idem.PruneOptions{BatchSize: pruneBatch, Vacuum: r.o.CycleVacuum}); err != nil {
 			return out, err
 		}
 		after, err := sizer.LedgerSize(ctx)
@@ -67,6 +67,9 @@ func (r *runner) cycleRows(ctx context.Context) ([]Result, error) {
 		}
 		res.Note = fmt.Sprintf("filled in %.1fs; pruned %d records in %.1fs (%s a batch of %d); idem_keys %s after the fill, %s after the prune; database %s",
 			fill.took.Seconds(), p.deleted, p.took.Seconds(), p.perBatch(), pruneBatch, mib(fill.size.Ledger), mib(after.Ledger), mib(after.File))
+		if p.vacuumed > 0 {
+			res.Note += fmt.Sprintf("; the prune's time includes a VACUUM of %.1fs", p.vacuumed.Seconds())
+		}
 		if r.o.CyclePause > 0 && i < pruneCycles {
 			res.Note += fmt.Sprintf("; then a pause of %s", r.o.CyclePause)
 			r.progress("cycles: %d of %d: pausing %s", i, pruneCycles, r.o.CyclePause)

@@ -44,9 +44,14 @@ func TestCyclesSQLite(t *testing.T) {
 func TestCyclesPostgres(t *testing.T) {
 	t.Parallel()
 	pgtest.RequireBinaries(t)
-	res, err := Run(t.Context(), &Options{DB: "postgres", Groups: []string{GroupCycles}, Keys: 2000})
+	res, err := Run(t.Context(), &Options{DB: "postgres", Groups: []string{GroupCycles}, Keys: 2000, CycleVacuum: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkCycles(t, res, 2000)
+	for _, r := range res {
+		if !strings.Contains(r.Note, "includes a VACUUM of") {
+			t.Errorf("%s: note %q, want the VACUUM's time", r.Name, r.Note)
+		}
+	}
 }

@@ -302,6 +302,8 @@ type pruneStat struct {
 	batches int
 	took    time.Duration
 	done    bool // a prune ran out of records
+	// vacuumed is the part of took spent in PruneOptions.Vacuum's pass.
+	vacuumed time.Duration
 }
 
 func (s *pruneStat) perSec() float64 {
@@ -336,8 +338,15 @@ func (s *pruneStat) runShare(ctx context.Context, l *idem.Ledger, batches, runs,
 // run prunes (at most batches batches; 0 until done) and adds what it
 // deleted and how long it ran.
 func (s *pruneStat) run(ctx context.Context, l *idem.Ledger, batches int) error {
+	return s.runWith(ctx, l, &idem.PruneOptions{BatchSize: pruneBatch, MaxBatches: batches})
+}
+
+// runWith is run with the options given, which also say how many batches.
+func (s *pruneStat) runWith(ctx context.Context, l *idem.Ledger, o *idem.PruneOptions) error {
+	batches := o.MaxBatches
 	t0 := time.Now()
-	st, err := l.Prune(ctx, &idem.PruneOptions{BatchSize: pruneBatch, MaxBatches: batches})
+	st, err := l.Prune(ctx, o)
+	s.vacuumed += st.Vacuumed
 	s.took += time.Since(t0)
 	s.deleted += st.Deleted
 	s.batches += st.Batches

@@ -170,6 +170,21 @@ type PacedPruner interface {
 	PrunePaced(ctx context.Context, limit int, duty float64) (idemtype.PruneCounts, error)
 }
 
+// Vacuumer is a Ledger whose database keeps the space of deleted rows
+// unusable until a separate pass marks it free (PostgreSQL: VACUUM, which
+// autovacuum runs on its own schedule). Ledger.Prune with
+// PruneOptions.Vacuum calls it after a sweep that changed rows, so that
+// the next rows reuse that space rather than growing the table, even when
+// sweeps come faster than autovacuum. SQLite's driver is not one: its
+// sweep hands pages back as it goes.
+type Vacuumer interface {
+	// VacuumLedger marks the space of the ledger's deleted and rewritten
+	// rows free for reuse, without locking out reads or writes. It fails,
+	// doing nothing, when the database would skip the pass (the caller
+	// lacks the right to vacuum the table).
+	VacuumLedger(ctx context.Context) error
+}
+
 // DutyPause waits after a piece of work that held the database's writer
 // for took, so that the writer is held at most duty (0 < duty <= 1) of
 // the time: took×(1−duty)/duty, at most longest. It returns ctx's error if

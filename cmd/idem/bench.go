@@ -75,6 +75,7 @@ See docs/performance.md.`)
 	keys := fs.Int("keys", bench.DefaultKeys, "how many completed records the scale rows fill the ledger with")
 	runs := fs.Int("runs", 1, "measure every row `N` times and print the median run, with the range of the ratios (scale rows: on one fill)")
 	pause := fs.Duration("cycle-pause", 0, "how long the cycles rows wait after each prune before the next fill")
+	vacuum := fs.Bool("cycle-vacuum", false, "the cycles rows prune with --vacuum (on PostgreSQL a VACUUM after each prune, timed with it)")
 	asJSON := fs.Bool("json", false, "print one JSON object per row on stdout instead of the table")
 	outFile := fs.String("out", "", "also write one JSON object per row to `FILE`")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to `FILE` (go tool pprof)")
@@ -107,7 +108,7 @@ See docs/performance.md.`)
 	if *runs < 1 || *runs > bench.MaxRuns {
 		return usageError(fs, stderr, "--runs %d: want 1…%d", *runs, bench.MaxRuns)
 	}
-	opts := &bench.Options{DB: spec, Duration: *dur, Concurrency: cs, Groups: groups, Keys: *keys, Runs: *runs, CyclePause: *pause, Progress: stderr}
+	opts := &bench.Options{DB: spec, Duration: *dur, Concurrency: cs, Groups: groups, Keys: *keys, Runs: *runs, CyclePause: *pause, CycleVacuum: *vacuum, Progress: stderr}
 	if exe, err := os.Executable(); err == nil {
 		// The memory row runs the gateway as `idem serve`, a process of its own.
 		opts.GatewayCommand = func(args ...string) *exec.Cmd { return exec.Command(exe, args...) }

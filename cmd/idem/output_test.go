@@ -58,7 +58,12 @@ type opSeeded struct {
 
 func opSeed(t *testing.T) opSeeded {
 	t.Helper()
-	url := "sqlite:" + filepath.Join(t.TempDir(), "idem.db")
+	return opSeedAt(t, "sqlite:"+filepath.Join(t.TempDir(), "idem.db"))
+}
+
+// opSeedAt is opSeed on the database url.
+func opSeedAt(t *testing.T, url string) opSeeded {
+	t.Helper()
 	ctx := context.Background()
 	open := func(shift time.Duration, o idem.Options) *idem.Ledger {
 		t.Helper()

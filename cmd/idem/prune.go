@@ -5,11 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/idemdev/idem"
 )
 
-const pruneUsage = "idem prune [--db URL] [--dry-run] [--batch N] [--max-batches N] [--duty F] [--json]"
+const pruneUsage = "idem prune [--db URL] [--dry-run] [--batch N] [--max-batches N] [--duty F] [--vacuum] [--json]"
 
 func init() {
 	register(command{
@@ -29,6 +30,8 @@ type pruneJSON struct {
 	// What --max-batches left for the next run, when it stopped the sweep.
 	LeftTombstone *int `json:"left_to_tombstone,omitempty"`
 	LeftDelete    *int `json:"left_to_delete,omitempty"`
+	// Seconds the --vacuum pass took; absent when none ran.
+	VacuumSeconds *float64 `json:"vacuum_seconds,omitempty"`
 }
 
 func runPrune(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -50,12 +53,20 @@ nothing.
 --duty bounds the share of the time the sweep holds the database's
 writers while more remains (default 0.5: after a batch, or on SQLite a
 step of one, a pause as long). 1 runs the batches back to back, for a
-backlog at a quiet hour; live claims then wait behind each batch.`)
+backlog at a quiet hour; live claims then wait behind each batch.
+
+--vacuum, on PostgreSQL, runs a plain VACUUM of idem_keys once a sweep
+that changed rows is done, so that new rows reuse their space at once
+instead of after autovacuum's next pass. It holds up no reads or writes,
+reads the table and its indexes, and takes the table's (or database's)
+owner. On SQLite it does nothing more: the sweep hands pages back as it
+goes.`)
 	db := fs.String("db", "", dbFlagHelp)
 	dry := fs.Bool("dry-run", false, "count what would change; write nothing")
 	batch := fs.Int("batch", 1000, "change at most `N` rows of each kind per batch (1…100000)")
 	maxBatches := fs.Int("max-batches", 0, "stop after `N` batches (0: until done)")
 	duty := fs.Float64("duty", idem.DefaultPruneDuty, "share `F` of the time the sweep may hold the writers (0.05…1; 1: batches back to back)")
+	vacuum := fs.Bool("vacuum", false, "on PostgreSQL, VACUUM the ledger's table after a sweep that changed rows")
 	asJSON := fs.Bool("json", false, "print the totals as JSON")
 	logf := addLogFlags(fs, "info")
 	pos, code, done := parseArgs(fs, args, stdout)
@@ -71,7 +82,7 @@ backlog at a quiet hour; live claims then wait behind each batch.`)
 	if *maxBatches < 0 {
 		return usageError(fs, stderr, "--max-batches %d: want 0 or more", *maxBatches)
 	}
-	opts := &idem.PruneOptions{BatchSize: *batch, MaxBatches: *maxBatches, Duty: *duty}
+	opts := &idem.PruneOptions{BatchSize: *batch, MaxBatches: *maxBatches, Duty: *duty, Vacuum: *vacuum}
 	if *duty == 0 { // the library reads 0 as its default; a flag given 0 means none
 		return usageError(fs, stderr, "--duty 0: want a share of the time above 0 (without --duty: %v)", idem.DefaultPruneDuty)
 	}
@@ -107,6 +118,10 @@ backlog at a quiet hour; live claims then wait behind each batch.`)
 	}
 	st, err := l.Prune(ctx, opts)
 	out := pruneJSON{Tombstoned: st.Tombstoned, Deleted: st.Deleted, Batches: st.Batches, Complete: err == nil}
+	if st.Vacuumed > 0 {
+		secs := st.Vacuumed.Seconds()
+		out.VacuumSeconds = &secs
+	}
 	if err == nil && *maxBatches > 0 && st.Batches == *maxBatches {
 		// Stopped by --max-batches: say what is left, if it can be counted.
 		if left, cerr := l.PruneCount(ctx); cerr == nil {
@@ -120,6 +135,9 @@ backlog at a quiet hour; live claims then wait behind each batch.`)
 		writeJSON(stdout, out)
 	} else {
 		fmt.Fprintf(stdout, "pruned: %d tombstoned, %d deleted in %d batches\n", st.Tombstoned, st.Deleted, st.Batches)
+		if st.Vacuumed > 0 {
+			fmt.Fprintf(stdout, "vacuumed the ledger's table in %s\n", st.Vacuumed.Round(time.Millisecond))
+		}
 		switch {
 		case out.LeftTombstone != nil && !out.Complete:
 			fmt.Fprintf(stdout, "stopped at --max-batches: %d to tombstone and %d to delete remain; run again to continue\n", *out.LeftTombstone, *out.LeftDelete)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemdev/idem"
 	"github.com/idemdev/idem/idemtype"
+	"github.com/idemdev/idem/internal/pgtest"
 )
 
 func TestPruneDryRunThenPrune(t *testing.T) {
@@ -73,6 +74,36 @@ func TestPruneDuty(t *testing.T) {
 		}
 		if got.Tombstoned != 2 || got.Deleted != 1 || !got.Complete {
 			t.Errorf("--duty %s: %+v", duty, got)
+		}
+	}
+}
+
+// TestPruneVacuum: --vacuum on PostgreSQL vacuums the ledger's table after
+// a sweep that changed rows and says how long it took; a sweep that
+// changed nothing, and SQLite, run none.
+func TestPruneVacuum(t *testing.T) {
+	t.Parallel()
+	for _, db := range []string{"postgres", "sqlite"} {
+		var s opSeeded
+		if db == "postgres" {
+			s = opSeedAt(t, pgtest.NewDB(t))
+		} else {
+			s = opSeed(t)
+		}
+		r := opRun(t, "", "prune", "--db", s.url, "--vacuum", "--json").must(t, 0)
+		var got pruneJSON
+		if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+			t.Fatalf("%s: %v: %s", db, err, r.stdout)
+		}
+		if got.Tombstoned != 2 || got.Deleted != 1 || !got.Complete {
+			t.Errorf("%s: %+v", db, got)
+		}
+		if vacuumed := got.VacuumSeconds != nil; vacuumed != (db == "postgres") {
+			t.Errorf("%s: vacuumed %v: %s", db, vacuumed, r.stdout)
+		}
+		r = opRun(t, "", "prune", "--db", s.url, "--vacuum").must(t, 0)
+		if strings.Contains(r.stdout, "vacuumed") {
+			t.Errorf("%s: a sweep that changed nothing vacuumed:\n%s", db, r.stdout)
 		}
 	}
 }

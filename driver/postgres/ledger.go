@@ -313,6 +313,36 @@ func (d *Driver) Prune(ctx context.Context, limit int) (idemtype.PruneCounts, er
 	return out, nil
 }
 
+var _ driver.Vacuumer = (*Driver)(nil)
+
+// VacuumLedger runs a plain VACUUM of idem_keys (and its TOAST table):
+// the space of the rows a sweep deleted or rewrote becomes free for the
+// next rows, where until autovacuum's next pass every new row would
+// extend the table. It takes no lock that holds up reads or writes. The
+// right to vacuum is checked first, since PostgreSQL skips a table its
+// caller may not vacuum with only a warning.
+func (d *Driver) VacuumLedger(ctx context.Context) error {
+	var may bool
+	if err := d.ex.QueryRow(ctx, mayVacuumSQL).Scan(&may); err != nil {
+		return fmt.Errorf("postgres: vacuum: %w", err)
+	}
+	if !may {
+		return errors.New("postgres: vacuum: the current role may not vacuum idem_keys (it takes the table's or the database's owner, a superuser, or on PostgreSQL 17 the MAINTAIN privilege); autovacuum still reclaims the space on its own schedule")
+	}
+	if _, err := d.ex.Exec(ctx, `VACUUM idem_keys`); err != nil {
+		return fmt.Errorf("postgres: vacuum: %w", err)
+	}
+	return nil
+}
+
+// mayVacuumSQL reports whether VACUUM would process idem_keys rather than
+// skip it: the role has the rights of the table's owner or the database's
+// (superusers have every role's), or, from PostgreSQL 17, MAINTAIN on it.
+// The CASE keeps a server that has no MAINTAIN privilege from parsing it.
+const mayVacuumSQL = `SELECT pg_has_role(c.relowner, 'USAGE') OR pg_has_role(d.datdba, 'USAGE')
+	OR CASE WHEN current_setting('server_version_num')::int >= 170000 THEN has_table_privilege(c.oid, 'MAINTAIN') ELSE false END
+	FROM pg_class c, pg_database d WHERE c.oid = 'idem_keys'::regclass AND d.datname = current_database()`
+
 // pruneSQL is one prune batch. Each part finds its rows through a partial
 // index (idem_keys_expires, idem_keys_tombstone, idem_keys_released), locks
 // them, and changes them by ctid (a TID scan, not a second search of the

@@ -51,12 +51,12 @@ func bouncerDriver(t *testing.T, ctx context.Context, mode pgtest.PoolMode) *pos
 // bound the run's time): the races of goroutines and of processes, crashes
 // and pauses of child processes, and every kind of write (claim,
 // heartbeat, finish, group commit, the caller's transaction, Do's,
-// migrations from concurrent openers). Session mode is PostgreSQL's own
+// migrations from concurrent openers, the sweep and its VACUUM). Session mode is PostgreSQL's own
 // session end to end, so it runs the races only.
 var (
 	sessionCases     = []string{"ClaimRace", "DoRace", "ProcessRace", "ClaimTx"}
 	transactionCases = []string{"ClaimRace", "DoRace", "ProcessRace", "Crash", "PausedHolder", "Heartbeat",
-		"ClaimTx", "Do", "Migrate"}
+		"ClaimTx", "Do", "Migrate", "PruneBatches"}
 )
 
 // bouncerTargets are the driver through PgBouncer, opened as the CLI opens
