@@ -109,7 +109,7 @@ func (d *Driver) CountStates(ctx context.Context, limit int) (driver.StateCounts
 	err := d.ex.QueryRow(ctx, clockCTE+`SELECT
 	(SELECT count(*) FROM (SELECT 1 FROM idem_keys WHERE state IN ('succeeded', 'failed') LIMIT $2::bigint) s),
 	(SELECT count(*) FROM (SELECT 1 FROM idem_keys WHERE state = 'in_progress' LIMIT $2::bigint) s),
-	(SELECT count(*) FROM (SELECT 1 FROM idem_keys, c WHERE state = 'in_progress' AND lease_until <= c.now LIMIT $2::bigint) s),
+	(SELECT count(*) FROM (SELECT 1 FROM idem_keys WHERE state = 'in_progress' AND lease_until <= `+clockNow+` LIMIT $2::bigint) s),
 	(SELECT count(*) FROM (SELECT 1 FROM idem_keys WHERE state = 'parked' LIMIT $2::bigint) s),
 	(SELECT count(*) FROM (SELECT 1 FROM idem_keys WHERE state = 'released' LIMIT $2::bigint) s),
 	(SELECT count(*) FROM (SELECT 1 FROM idem_keys WHERE state = 'tombstone' LIMIT $2::bigint) s),
@@ -151,7 +151,7 @@ func (d *Driver) RecentRecords(ctx context.Context, limit int) ([]driver.RecentR
 // OldestAvailableJobAges reads due available jobs through the fetch index.
 func (d *Driver) OldestAvailableJobAges(ctx context.Context) (map[string]time.Duration, error) {
 	rows, err := d.ex.Query(ctx, clockCTE+`SELECT queue, (extract(epoch FROM c.now - min(run_at)) * 1000)::bigint
-	FROM idem_jobs, c WHERE state = 'available' AND run_at <= c.now GROUP BY queue, c.now`, d.clock())
+	FROM idem_jobs, c WHERE state = 'available' AND run_at <= `+clockNow+` GROUP BY queue, c.now`, d.clock())
 	if err != nil {
 		return nil, fmt.Errorf("postgres: oldest jobs: %w", err)
 	}

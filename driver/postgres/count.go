@@ -19,7 +19,7 @@ func (d *Driver) CountOpen(ctx context.Context, limit int) (idemtype.OpenCounts,
 	var c idemtype.OpenCounts
 	err := d.ex.QueryRow(ctx, clockCTE+`SELECT
 	(SELECT count(*) FROM (SELECT 1 FROM idem_keys WHERE state = 'in_progress' LIMIT $2::bigint) s),
-	(SELECT count(*) FROM (SELECT 1 FROM idem_keys, c WHERE state = 'in_progress' AND lease_until <= c.now LIMIT $2::bigint) s),
+	(SELECT count(*) FROM (SELECT 1 FROM idem_keys WHERE state = 'in_progress' AND lease_until <= `+clockNow+` LIMIT $2::bigint) s),
 	(SELECT count(*) FROM (SELECT 1 FROM idem_keys WHERE state = 'parked' LIMIT $2::bigint) s)`,
 		d.clock(), lim).Scan(&c.InProgress, &c.Stale, &c.Parked)
 	if err != nil {
@@ -28,13 +28,14 @@ func (d *Driver) CountOpen(ctx context.Context, limit int) (idemtype.OpenCounts,
 	return c, nil
 }
 
-// CountPrunable mirrors the predicates of Prune.
+// CountPrunable mirrors the predicates of Prune, bounded by clockNow as
+// Prune's are so that the windows bound the index scans.
 func (d *Driver) CountPrunable(ctx context.Context) (idemtype.PruneCounts, error) {
 	var r idemtype.PruneCounts
 	err := d.ex.QueryRow(ctx, clockCTE+`SELECT
-	(SELECT count(*) FROM idem_keys, c WHERE state IN ('succeeded', 'failed') AND expires_at <= c.now),
-	(SELECT count(*) FROM idem_keys, c WHERE (state IN ('succeeded', 'failed', 'tombstone') AND tombstone_until <= c.now)
-		OR (state = 'released' AND updated_at + retention_ms`+msInterval+` <= c.now))`,
+	(SELECT count(*) FROM idem_keys WHERE state IN ('succeeded', 'failed') AND expires_at <= `+clockNow+`),
+	(SELECT count(*) FROM idem_keys WHERE (state IN ('succeeded', 'failed', 'tombstone') AND tombstone_until <= `+clockNow+`)
+		OR (state = 'released' AND updated_at + retention_ms`+msInterval+` <= `+clockNow+`))`,
 		d.clock()).Scan(&r.Tombstoned, &r.Deleted)
 	if err != nil {
 		return r, fmt.Errorf("postgres: count prunable: %w", err)

@@ -718,10 +718,13 @@ func (d *Driver) missingOrConflict(ctx context.Context, id int64) error {
 }
 
 // PruneJobs deletes completed and cancelled jobs finalized at least olderThan ago,
-// skipping rows another transaction has locked.
+// oldest first, skipping rows another transaction has locked. Bounded by
+// clockNow and read in the order of idem_jobs_finalized, the scan reads
+// only the rows it deletes whatever the statistics say (see pruneSQL).
 func (d *Driver) PruneJobs(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
-	n, err := d.ex.Exec(ctx, clockCTE+`DELETE FROM idem_jobs j USING c WHERE j.id IN (SELECT id FROM idem_jobs, c
-	WHERE state IN ('completed', 'cancelled') AND finalized_at <= c.now - $2`+msInterval+` LIMIT $3 FOR UPDATE OF idem_jobs SKIP LOCKED)`,
+	n, err := d.ex.Exec(ctx, clockCTE+`DELETE FROM idem_jobs j USING c WHERE j.id IN (SELECT id FROM idem_jobs
+	WHERE state IN ('completed', 'cancelled') AND finalized_at <= `+clockNow+` - $2`+msInterval+`
+	ORDER BY finalized_at LIMIT $3 FOR UPDATE OF idem_jobs SKIP LOCKED)`,
 		d.clock(), olderThan.Milliseconds(), limit)
 	if err != nil {
 		return 0, fmt.Errorf("postgres: prune jobs: %w", err)
