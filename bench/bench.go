@@ -49,7 +49,7 @@ const (
 	GroupSQLite      = "sqlite"      // the pure-Go SQLite library vs the cgo one
 	GroupScale       = "scale"       // a ledger holding Keys records vs an empty one; pruning under load
 	GroupMemory      = "memory"      // peak RSS with 100 guarded 1 MiB responses in flight
-	GroupCycles      = "cycles"      // the ledger's size over repeated fills of Keys records and prunes of all of them
+	GroupCycles      = "cycles"      // the ledger's size over repeated fills of Keys records and prunes of all of them; tombstoning and deleting tombstones
 )
 
 // The bounds of Options.Keys.

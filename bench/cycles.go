@@ -19,7 +19,8 @@ const pruneCycles = 3
 // records' windows: whether the space the prunes free is used again, or
 // the ledger grows with every cycle. One row per cycle, its prune rate
 // against the first cycle's, the ledger's size after the fill and after
-// the prune. Options.Runs does not apply: the cycles are already repeats
+// the prune. Then one more fill, pruned in two phases (tombstoneRows).
+// Options.Runs does not apply: the cycles are already repeats
 // of one another, and each consumes its fill; they run once.
 func (r *runner) cycleRows(ctx context.Context) ([]Result, error) {
 	if r.db.shared {
@@ -78,6 +79,63 @@ func (r *runner) cycleRows(ctx context.Context) ([]Result, error) {
 				return out, ctx.Err()
 			case <-time.After(r.o.CyclePause):
 			}
+		}
+		out = append(out, res)
+	}
+	rows, err := r.tombstoneRows(ctx, l, &shift, sizer, first)
+	return append(out, rows...), err
+}
+
+// tombstoneRows fills the cycles' ledger once more and prunes it the way
+// records age in service: first with the clock just past their retention
+// (each record loses its stored response and becomes a tombstone, an
+// UPDATE), then past their tombstone window (the tombstones are deleted).
+// Each phase is a row against the first cycle's prune, which deleted
+// records past both windows at once.
+func (r *runner) tombstoneRows(ctx context.Context, l *idem.Ledger, shift *atomic.Int64, sizer driver.Filler, first float64) ([]Result, error) {
+	n := r.o.Keys
+	r.progress("cycles: tombstones: filling the ledger with %d completed records", n)
+	fill, err := fillLedger(ctx, l, n)
+	if err != nil {
+		return nil, err
+	}
+	var out []Result
+	for _, phase := range []struct {
+		name  string
+		shift time.Duration
+		count func(idem.PruneStats) int
+	}{
+		{fmt.Sprintf("cycles: tombstone %d keys past retention", n), idem.DefaultRetention + time.Hour,
+			func(st idem.PruneStats) int { return st.Tombstoned }},
+		{fmt.Sprintf("cycles: delete %d tombstones past their window", n), idem.DefaultTombstoneTTL,
+			func(st idem.PruneStats) int { return st.Deleted }},
+	} {
+		shift.Add(int64(phase.shift))
+		r.progress("%s", phase.name)
+		t0 := time.Now()
+		st, err := l.Prune(ctx, &idem.PruneOptions{BatchSize: pruneBatch, Vacuum: r.o.CycleVacuum})
+		took := time.Since(t0)
+		if err != nil {
+			return out, err
+		}
+		if got := phase.count(st); got != n {
+			return out, fmt.Errorf("%s: %d records changed, want %d: %w", phase.name, got, n, errUnexpected)
+		}
+		after, err := sizer.LedgerSize(ctx)
+		if err != nil {
+			return out, err
+		}
+		res := Result{Group: GroupCycles, Name: phase.name, Driver: r.db.driver, Concurrency: 1,
+			Baseline: "the first cycle's prune (records past both windows, deleted at once)", OpsPerSec: float64(n) / took.Seconds(),
+			BaselineOpsPerS: first, DurationSeconds: took.Seconds(), Durability: r.db.durability, Keys: n,
+			FillSeconds: fill.took.Seconds(), BytesPerKey: fill.bytesPerKey, DiskBytesBefore: fill.size.Ledger, DiskBytesAfter: after.Ledger}
+		if first > 0 {
+			res.Ratio = res.OpsPerSec / first
+		}
+		res.Note = fmt.Sprintf("%d records in %.1fs in %d batches of %d; idem_keys %s after the fill, %s after this prune; database %s",
+			n, took.Seconds(), st.Batches, pruneBatch, mib(fill.size.Ledger), mib(after.Ledger), mib(after.File))
+		if st.Vacuumed > 0 {
+			res.Note += fmt.Sprintf("; the prune's time includes a VACUUM of %.1fs", st.Vacuumed.Seconds())
 		}
 		out = append(out, res)
 	}

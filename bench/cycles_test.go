@@ -12,10 +12,21 @@ import (
 // of its keys. Nothing here judges a speed or a size's growth.
 func checkCycles(t *testing.T, res []Result, keys int) {
 	t.Helper()
-	if len(res) != pruneCycles {
-		t.Fatalf("%d rows, want %d: %+v", len(res), pruneCycles, res)
+	if len(res) != pruneCycles+2 {
+		t.Fatalf("%d rows, want %d: %+v", len(res), pruneCycles+2, res)
 	}
-	for i, r := range res {
+	for i, name := range []string{fmt.Sprintf("cycles: tombstone %d keys past retention", keys), fmt.Sprintf("cycles: delete %d tombstones past their window", keys)} {
+		r := res[pruneCycles+i]
+		if r.Group != GroupCycles || r.Name != name || r.Keys != keys || r.OpsPerSec <= 0 || r.Ratio <= 0 {
+			t.Errorf("row %d: %+v, want %q measured", pruneCycles+i, r, name)
+		}
+	}
+	// The tombstones keep the keys, fingerprints and indexes' entries of
+	// the records, without their 1 KiB responses.
+	if tomb := res[pruneCycles]; tomb.DiskBytesAfter <= 0 {
+		t.Errorf("%s: idem_keys %d bytes after", tomb.Name, tomb.DiskBytesAfter)
+	}
+	for i, r := range res[:pruneCycles] {
 		if r.Group != GroupCycles || r.Keys != keys || !strings.HasSuffix(r.Name, fmt.Sprintf("cycle %d", i+1)) {
 			t.Errorf("row %d: group %q keys %d name %q", i, r.Group, r.Keys, r.Name)
 		}
@@ -49,7 +60,7 @@ func TestCyclesPostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkCycles(t, res, 2000)
-	for _, r := range res {
+	for _, r := range res[:pruneCycles] {
 		if !strings.Contains(r.Note, "includes a VACUUM of") {
 			t.Errorf("%s: note %q, want the VACUUM's time", r.Name, r.Note)
 		}
