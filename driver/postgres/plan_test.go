@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemdev/idem/internal/pgtest"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // TestFencedWritesReadByPrimaryKey: a holder's write reads its row by
@@ -19,11 +19,7 @@ import (
 // for each write.
 func TestFencedWritesReadByPrimaryKey(t *testing.T) {
 	t.Parallel()
-	d, err := testOpen(pgtest.NewDB(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
+	d := openTest(t)
 	ctx := context.Background()
 	for _, q := range []string{
 		`ALTER TABLE idem_jobs SET (autovacuum_enabled = false)`,
@@ -59,34 +55,46 @@ func TestFencedWritesReadByPrimaryKey(t *testing.T) {
 	defer conn.Release()
 	for _, w := range writes {
 		for _, mode := range []string{"force_generic_plan", "force_custom_plan"} {
-			var plan strings.Builder
-			for _, q := range []string{`SET plan_cache_mode = ` + mode, `PREPARE fenced_write AS ` + w.sql} {
-				if _, err := conn.Exec(ctx, q); err != nil {
-					t.Fatalf("%s: %s: %v", w.name, q, err)
-				}
-			}
-			rows, err := conn.Query(ctx, `EXPLAIN EXECUTE fenced_write(`+w.args+`)`)
-			if err != nil {
-				t.Fatalf("%s: explain: %v", w.name, err)
-			}
-			for rows.Next() {
-				var line string
-				if err := rows.Scan(&line); err != nil {
-					t.Fatal(err)
-				}
-				plan.WriteString(line + "\n")
-			}
-			if err := rows.Err(); err != nil {
-				t.Fatalf("%s: explain: %v", w.name, err)
-			}
-			if _, err := conn.Exec(ctx, `DEALLOCATE fenced_write`); err != nil {
-				t.Fatal(err)
-			}
-			if !strings.Contains(plan.String(), w.table+"_pkey") || strings.Contains(plan.String(), "_lease") {
-				t.Errorf("%s, %s: the write does not read %s by primary key alone:\n%s", w.name, mode, w.table, plan.String())
+			plan := planOf(t, conn, []string{`SET plan_cache_mode = ` + mode, `PREPARE fenced_write AS ` + w.sql},
+				`EXPLAIN EXECUTE fenced_write(`+w.args+`)`, `DEALLOCATE fenced_write`)
+			if !strings.Contains(plan, w.table+"_pkey") || strings.Contains(plan, "_lease") {
+				t.Errorf("%s, %s: the write does not read %s by primary key alone:\n%s", w.name, mode, w.table, plan)
 			}
 		}
 	}
+}
+
+// planOf runs the statements before, then explain, whose lines it returns,
+// then the statements after, on conn.
+func planOf(t *testing.T, conn *pgxpool.Conn, before []string, explain string, after ...string) string {
+	t.Helper()
+	ctx := context.Background()
+	for _, q := range before {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	rows, err := conn.Query(ctx, explain)
+	if err != nil {
+		t.Fatalf("%s: %v", explain, err)
+	}
+	var plan strings.Builder
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan.WriteString(line + "\n")
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("%s: %v", explain, err)
+	}
+	for _, q := range after {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	return plan.String()
 }
 
 // TestPruneScansStopAtTheWindows: each part of a prune batch reads its
@@ -103,11 +111,7 @@ func TestFencedWritesReadByPrimaryKey(t *testing.T) {
 // use are checked.
 func TestPruneScansStopAtTheWindows(t *testing.T) {
 	t.Parallel()
-	d, err := testOpen(pgtest.NewDB(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
+	d := openTest(t)
 	ctx := context.Background()
 	for _, q := range []string{
 		`ALTER TABLE idem_keys SET (autovacuum_enabled = false)`,
@@ -131,32 +135,8 @@ func TestPruneScansStopAtTheWindows(t *testing.T) {
 	// explain runs one batch at the clock given (NULL: now) and rolls it back.
 	explain := func(mode, clock string) string {
 		t.Helper()
-		var plan strings.Builder
-		for _, q := range []string{`BEGIN`, `SET LOCAL plan_cache_mode = ` + mode, `PREPARE prune_batch AS ` + pruneSQL} {
-			if _, err := conn.Exec(ctx, q); err != nil {
-				t.Fatalf("%s: %v", q, err)
-			}
-		}
-		rows, err := conn.Query(ctx, `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE prune_batch(`+clock+`, 1000)`)
-		if err != nil {
-			t.Fatalf("explain: %v", err)
-		}
-		for rows.Next() {
-			var line string
-			if err := rows.Scan(&line); err != nil {
-				t.Fatal(err)
-			}
-			plan.WriteString(line + "\n")
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatalf("explain: %v", err)
-		}
-		for _, q := range []string{`ROLLBACK`, `DEALLOCATE prune_batch`} {
-			if _, err := conn.Exec(ctx, q); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return plan.String()
+		return planOf(t, conn, []string{`BEGIN`, `SET LOCAL plan_cache_mode = ` + mode, `PREPARE prune_batch AS ` + pruneSQL},
+			`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE prune_batch(`+clock+`, 1000)`, `ROLLBACK`, `DEALLOCATE prune_batch`)
 	}
 	for _, mode := range []string{"force_generic_plan", "force_custom_plan"} {
 		// Now: 10,000 records past retention, 10,000 tombstones inside
