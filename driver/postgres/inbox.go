@@ -39,11 +39,15 @@ func (d *Driver) InboxRecord(ctx context.Context, q driver.Executor, source, id,
 // first: bounded by clockNow and read in index order, the scan reads only
 // the rows it deletes whatever the statistics say (see pruneSQL).
 func (d *Driver) InboxPrune(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
-	n, err := d.ex.Exec(ctx, clockCTE+`DELETE FROM idem_inbox i USING c WHERE (i.source, i.message_id) IN (
-	SELECT source, message_id FROM idem_inbox WHERE received_at <= `+clockNow+` - $2`+msInterval+`
-	ORDER BY received_at LIMIT $3 FOR UPDATE OF idem_inbox SKIP LOCKED)`, d.clock(), olderThan.Milliseconds(), limit)
+	n, err := d.ex.Exec(ctx, inboxPruneSQL, d.clock(), olderThan.Milliseconds(), limit)
 	if err != nil {
 		return 0, fmt.Errorf("postgres: inbox prune: %w", err)
 	}
 	return int(n), nil
 }
+
+// inboxPruneSQL deletes at most $3 inbox records received at least $2 ms
+// ago.
+const inboxPruneSQL = clockCTE + `DELETE FROM idem_inbox i USING c WHERE (i.source, i.message_id) IN (
+	SELECT source, message_id FROM idem_inbox WHERE received_at <= ` + clockNow + ` - $2` + msInterval + `
+	ORDER BY received_at LIMIT $3 FOR UPDATE OF idem_inbox SKIP LOCKED)`

@@ -722,12 +722,14 @@ func (d *Driver) missingOrConflict(ctx context.Context, id int64) error {
 // clockNow and read in the order of idem_jobs_finalized, the scan reads
 // only the rows it deletes whatever the statistics say (see pruneSQL).
 func (d *Driver) PruneJobs(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
-	n, err := d.ex.Exec(ctx, clockCTE+`DELETE FROM idem_jobs j USING c WHERE j.id IN (SELECT id FROM idem_jobs
-	WHERE state IN ('completed', 'cancelled') AND finalized_at <= `+clockNow+` - $2`+msInterval+`
-	ORDER BY finalized_at LIMIT $3 FOR UPDATE OF idem_jobs SKIP LOCKED)`,
-		d.clock(), olderThan.Milliseconds(), limit)
+	n, err := d.ex.Exec(ctx, pruneJobsSQL, d.clock(), olderThan.Milliseconds(), limit)
 	if err != nil {
 		return 0, fmt.Errorf("postgres: prune jobs: %w", err)
 	}
 	return int(n), nil
 }
+
+// pruneJobsSQL deletes at most $3 jobs finalized at least $2 ms ago.
+const pruneJobsSQL = clockCTE + `DELETE FROM idem_jobs j USING c WHERE j.id IN (SELECT id FROM idem_jobs
+	WHERE state IN ('completed', 'cancelled') AND finalized_at <= ` + clockNow + ` - $2` + msInterval + `
+	ORDER BY finalized_at LIMIT $3 FOR UPDATE OF idem_jobs SKIP LOCKED)`

@@ -154,3 +154,45 @@ func TestPruneScansStopAtTheWindows(t *testing.T) {
 		}
 	}
 }
+
+// TestJobsAndInboxPruneScansStopAtTheirWindows: the jobs' and the inbox's
+// prunes read their index only up to their window's end, in both plans,
+// with statistics taken before any job was finished: the jobs finished
+// since, and the inbox's records, are all younger than the window, so
+// each scan must return no row.
+func TestJobsAndInboxPruneScansStopAtTheirWindows(t *testing.T) {
+	t.Parallel()
+	d := openTest(t)
+	ctx := context.Background()
+	for _, q := range []string{
+		`ALTER TABLE idem_jobs SET (autovacuum_enabled = false)`,
+		`ALTER TABLE idem_inbox SET (autovacuum_enabled = false)`,
+		`INSERT INTO idem_jobs (queue, kind, args, state, max_attempts, run_at, created_at, updated_at)
+		SELECT 'q', 'k', '{}', 'available', 3, now(), now(), now() FROM generate_series(1, 20000)`,
+		`INSERT INTO idem_inbox (source, message_id, payload_hash, received_at)
+		SELECT 's', 'm' || g, 'h', now() FROM generate_series(1, 20000) g`,
+		`ANALYZE idem_jobs, idem_inbox`,
+		`UPDATE idem_jobs SET state = 'completed', finalized_at = now() WHERE id % 2 = 0`,
+	} {
+		if _, err := d.pool.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	conn, err := d.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	for _, p := range []struct{ name, sql, index string }{
+		{"jobs", pruneJobsSQL, "idem_jobs_finalized"},
+		{"inbox", inboxPruneSQL, "idem_inbox_received"},
+	} {
+		for _, mode := range []string{"force_generic_plan", "force_custom_plan"} {
+			plan := planOf(t, conn, []string{`BEGIN`, `SET LOCAL plan_cache_mode = ` + mode, `PREPARE prune_batch AS ` + p.sql},
+				`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE prune_batch(NULL, 3600000, 1000)`, `ROLLBACK`, `DEALLOCATE prune_batch`)
+			if !regexp.MustCompile(`Index Scan using ` + p.index + ` on \S+( \S+)? \(actual rows=0 `).MatchString(plan) {
+				t.Errorf("%s, %s: the prune reads past its window:\n%s", p.name, mode, plan)
+			}
+		}
+	}
+}
