@@ -42,6 +42,11 @@ var (
 	// any error without a sentinel may have been applied, as far as the
 	// caller knows.
 	ErrOutcomeUnknown = driver.ErrOutcomeUnknown
+	// ErrVacuum is matched by the error of a Prune whose sweep ran to its
+	// end but whose PruneOptions.Vacuum pass failed (the role may not
+	// vacuum the table, or the pass was cut short): the records were
+	// pruned, and the space waits for autovacuum.
+	ErrVacuum = errors.New("idem: prune: the sweep is complete, its vacuum failed")
 )
 
 // InputError reports a bad argument. Nothing was written.

@@ -146,7 +146,7 @@ func (l *Ledger) Prune(ctx context.Context, opts *PruneOptions) (PruneStats, err
 	if v, ok := l.drv.(driver.Vacuumer); ok && o.Vacuum && st.Tombstoned+st.Deleted > 0 {
 		start := time.Now()
 		if err := v.VacuumLedger(ctx); err != nil {
-			return st, fmt.Errorf("idem: prune: %w", err)
+			return st, fmt.Errorf("%w: %w", ErrVacuum, err)
 		}
 		st.Vacuumed = time.Since(start)
 	}

@@ -117,12 +117,14 @@ goes.`)
 		fmt.Fprintf(stderr, "idem prune: batch %d: %d tombstoned, %d deleted so far\n", s.Batches, s.Tombstoned, s.Deleted)
 	}
 	st, err := l.Prune(ctx, opts)
-	out := pruneJSON{Tombstoned: st.Tombstoned, Deleted: st.Deleted, Batches: st.Batches, Complete: err == nil}
+	// A failed vacuum comes after the sweep ran to its end: exit 1 all the same.
+	swept := err == nil || errors.Is(err, idem.ErrVacuum)
+	out := pruneJSON{Tombstoned: st.Tombstoned, Deleted: st.Deleted, Batches: st.Batches, Complete: swept}
 	if st.Vacuumed > 0 {
 		secs := st.Vacuumed.Seconds()
 		out.VacuumSeconds = &secs
 	}
-	if err == nil && *maxBatches > 0 && st.Batches == *maxBatches {
+	if swept && *maxBatches > 0 && st.Batches == *maxBatches {
 		// Stopped by --max-batches: say what is left, if it can be counted.
 		if left, cerr := l.PruneCount(ctx); cerr == nil {
 			out.Complete = left.Tombstoned == 0 && left.Deleted == 0

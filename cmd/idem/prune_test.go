@@ -108,6 +108,19 @@ func TestPruneVacuum(t *testing.T) {
 	}
 }
 
+// TestPruneVacuumRefused: a role that may prune the ledger but not vacuum
+// its table gets the sweep done and counted, and exit 1 naming what it
+// lacks, not a report of a sweep stopped early.
+func TestPruneVacuumRefused(t *testing.T) {
+	t.Parallel()
+	s := opSeedAt(t, pgtest.NewDB(t))
+	r := opRun(t, "", "prune", "--db", pgtest.NewRole(t, s.url, "SELECT, INSERT, UPDATE, DELETE"), "--vacuum")
+	if r.code != 1 || !strings.HasPrefix(r.stdout, "pruned: 2 tombstoned, 1 deleted") || strings.Contains(r.stdout, "stopped before the end") ||
+		!strings.Contains(r.stderr, "the sweep is complete, its vacuum failed") || !strings.Contains(r.stderr, "may not vacuum idem_keys") {
+		t.Errorf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+}
+
 func TestPruneRefusesBadInput(t *testing.T) {
 	t.Parallel()
 	s := opSeed(t)

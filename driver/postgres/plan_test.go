@@ -20,8 +20,7 @@ import (
 func TestFencedWritesReadByPrimaryKey(t *testing.T) {
 	t.Parallel()
 	d := openTest(t)
-	ctx := context.Background()
-	for _, q := range []string{
+	conn := setUp(t, d,
 		`ALTER TABLE idem_jobs SET (autovacuum_enabled = false)`,
 		`ALTER TABLE idem_keys SET (autovacuum_enabled = false)`,
 		`INSERT INTO idem_jobs (queue, kind, args, state, max_attempts, run_at, created_at, updated_at, finalized_at)
@@ -33,11 +32,7 @@ func TestFencedWritesReadByPrimaryKey(t *testing.T) {
 		`ANALYZE idem_jobs, idem_keys`,
 		`UPDATE idem_jobs SET state = 'running', attempt = 1, lease_id = 7, lease_until = now() + interval '1 hour', finalized_at = NULL WHERE id % 2 = 0`,
 		`UPDATE idem_keys SET state = 'in_progress', lease_until = now() + interval '1 hour' WHERE right(key, 1) IN ('0', '2', '4', '6', '8')`,
-	} {
-		if _, err := d.pool.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	)
 	writes := []struct {
 		name, sql, args string
 		table           string
@@ -48,11 +43,6 @@ func TestFencedWritesReadByPrimaryKey(t *testing.T) {
 		{"finish key", finishQuery, `NULL, 's', 'k2', 1, 7, 'succeeded', 200, NULL, NULL`, "idem_keys"},
 		{"heartbeat key", heartbeatSQL, `NULL, 's', 'k2', 1, 7, 30000`, "idem_keys"},
 	}
-	conn, err := d.pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
 	for _, w := range writes {
 		for _, mode := range []string{"force_generic_plan", "force_custom_plan"} {
 			plan := planOf(t, conn, []string{`SET plan_cache_mode = ` + mode, `PREPARE fenced_write AS ` + w.sql},
@@ -112,8 +102,7 @@ func planOf(t *testing.T, conn *pgxpool.Conn, before []string, explain string, a
 func TestPruneScansStopAtTheWindows(t *testing.T) {
 	t.Parallel()
 	d := openTest(t)
-	ctx := context.Background()
-	for _, q := range []string{
+	conn := setUp(t, d,
 		`ALTER TABLE idem_keys SET (autovacuum_enabled = false)`,
 		`INSERT INTO idem_keys (scope, key, fingerprint, state, attempt, lease_id, lease_until, retention_ms, tombstone_ms,
 			created_at, updated_at, completed_at, expires_at, tombstone_until, status, replays)
@@ -122,21 +111,11 @@ func TestPruneScansStopAtTheWindows(t *testing.T) {
 		FROM generate_series(1, 20000) g`,
 		`ANALYZE idem_keys`,
 		`UPDATE idem_keys SET state = 'tombstone' WHERE right(key, 1) IN ('0', '2', '4', '6', '8')`,
-	} {
-		if _, err := d.pool.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	conn, err := d.pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
+	)
 	// explain runs one batch at the clock given (NULL: now) and rolls it back.
 	explain := func(mode, clock string) string {
 		t.Helper()
-		return planOf(t, conn, []string{`BEGIN`, `SET LOCAL plan_cache_mode = ` + mode, `PREPARE prune_batch AS ` + pruneSQL},
-			`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE prune_batch(`+clock+`, 1000)`, `ROLLBACK`, `DEALLOCATE prune_batch`)
+		return explainBatch(t, conn, mode, pruneSQL, clock+`, 1000`)
 	}
 	for _, mode := range []string{"force_generic_plan", "force_custom_plan"} {
 		// Now: 10,000 records past retention, 10,000 tombstones inside
@@ -163,8 +142,7 @@ func TestPruneScansStopAtTheWindows(t *testing.T) {
 func TestJobsAndInboxPruneScansStopAtTheirWindows(t *testing.T) {
 	t.Parallel()
 	d := openTest(t)
-	ctx := context.Background()
-	for _, q := range []string{
+	conn := setUp(t, d,
 		`ALTER TABLE idem_jobs SET (autovacuum_enabled = false)`,
 		`ALTER TABLE idem_inbox SET (autovacuum_enabled = false)`,
 		`INSERT INTO idem_jobs (queue, kind, args, state, max_attempts, run_at, created_at, updated_at)
@@ -173,7 +151,26 @@ func TestJobsAndInboxPruneScansStopAtTheirWindows(t *testing.T) {
 		SELECT 's', 'm' || g, 'h', now() FROM generate_series(1, 20000) g`,
 		`ANALYZE idem_jobs, idem_inbox`,
 		`UPDATE idem_jobs SET state = 'completed', finalized_at = now() WHERE id % 2 = 0`,
+	)
+	for _, p := range []struct{ name, sql, index string }{
+		{"jobs", pruneJobsSQL, "idem_jobs_finalized"},
+		{"inbox", inboxPruneSQL, "idem_inbox_received"},
 	} {
+		for _, mode := range []string{"force_generic_plan", "force_custom_plan"} {
+			plan := explainBatch(t, conn, mode, p.sql, `NULL, 3600000, 1000`)
+			if !regexp.MustCompile(`Index Scan using ` + p.index + ` on \S+( \S+)? \(actual rows=0 `).MatchString(plan) {
+				t.Errorf("%s, %s: the prune reads past its window:\n%s", p.name, mode, plan)
+			}
+		}
+	}
+}
+
+// setUp runs the statements on d's pool, then holds one of its connections
+// for the test.
+func setUp(t *testing.T, d *Driver, statements ...string) *pgxpool.Conn {
+	t.Helper()
+	ctx := context.Background()
+	for _, q := range statements {
 		if _, err := d.pool.Exec(ctx, q); err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
@@ -182,17 +179,14 @@ func TestJobsAndInboxPruneScansStopAtTheirWindows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Release()
-	for _, p := range []struct{ name, sql, index string }{
-		{"jobs", pruneJobsSQL, "idem_jobs_finalized"},
-		{"inbox", inboxPruneSQL, "idem_inbox_received"},
-	} {
-		for _, mode := range []string{"force_generic_plan", "force_custom_plan"} {
-			plan := planOf(t, conn, []string{`BEGIN`, `SET LOCAL plan_cache_mode = ` + mode, `PREPARE prune_batch AS ` + p.sql},
-				`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE prune_batch(NULL, 3600000, 1000)`, `ROLLBACK`, `DEALLOCATE prune_batch`)
-			if !regexp.MustCompile(`Index Scan using ` + p.index + ` on \S+( \S+)? \(actual rows=0 `).MatchString(plan) {
-				t.Errorf("%s, %s: the prune reads past its window:\n%s", p.name, mode, plan)
-			}
-		}
-	}
+	t.Cleanup(conn.Release)
+	return conn
+}
+
+// explainBatch runs statement, prepared in the plan mode given, with args,
+// under EXPLAIN ANALYZE in a transaction it rolls back, and returns the plan.
+func explainBatch(t *testing.T, conn *pgxpool.Conn, mode, statement, args string) string {
+	t.Helper()
+	return planOf(t, conn, []string{`BEGIN`, `SET LOCAL plan_cache_mode = ` + mode, `PREPARE prune_batch AS ` + statement},
+		`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE prune_batch(`+args+`)`, `ROLLBACK`, `DEALLOCATE prune_batch`)
 }

@@ -2,9 +2,6 @@ package postgres
 
 import (
 	"context"
-	"fmt"
-	"net/url"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -82,25 +79,7 @@ func TestVacuumLedgerRefusedWithoutTheRight(t *testing.T) {
 	if err := owner.VacuumLedger(ctx); err != nil {
 		t.Fatalf("the owner's vacuum: %v", err)
 	}
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	role := fmt.Sprintf("idem_novacuum_%d_%d", os.Getpid(), time.Now().UnixNano())
-	for _, q := range []string{
-		`CREATE ROLE ` + role + ` LOGIN`,
-		`GRANT SELECT, INSERT, UPDATE, DELETE ON idem_keys TO ` + role,
-	} {
-		if _, err := owner.ex.Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		owner.ex.Exec(context.Background(), `DROP OWNED BY `+role)
-		owner.ex.Exec(context.Background(), `DROP ROLE `+role)
-	})
-	u.User = url.User(role)
-	pool, err := pgxpool.New(ctx, u.String())
+	pool, err := pgxpool.New(ctx, pgtest.NewRole(t, dbURL, "SELECT, INSERT, UPDATE, DELETE"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package pgtest
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -11,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // RequireEnv names the environment variable that, set to 1, turns "no
@@ -172,4 +175,49 @@ func closeOnSignal() {
 		signal.Reset(sig)
 		reraise(sig)
 	}()
+}
+
+// roleSeq numbers the roles NewRole makes in this process.
+var roleSeq atomic.Uint64
+
+// NewRole makes a login role of its own for the test that owns nothing,
+// grants it privileges (such as "SELECT, UPDATE, DELETE") on every table of
+// dbURL's public schema, and returns dbURL as that role. The role is
+// dropped in t.Cleanup, before a database NewDB made earlier.
+func NewRole(t testing.TB, dbURL, privileges string) string {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	role := fmt.Sprintf("idem_role_%d_%d", os.Getpid(), roleSeq.Add(1))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	for _, q := range []string{`CREATE ROLE ` + role + ` LOGIN`, `GRANT ` + privileges + ` ON ALL TABLES IN SCHEMA public TO ` + role} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("pgtest: %s: %v", q, err)
+		}
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, dbURL)
+		if err != nil {
+			t.Logf("pgtest: dropping role %s (ignored): %v", role, err)
+			return
+		}
+		defer conn.Close(context.Background())
+		for _, q := range []string{`DROP OWNED BY ` + role, `DROP ROLE ` + role} {
+			if _, err := conn.Exec(ctx, q); err != nil {
+				t.Logf("pgtest: %s (ignored): %v", q, err)
+			}
+		}
+	})
+	u.User = url.User(role)
+	return u.String()
 }
