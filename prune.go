@@ -50,8 +50,8 @@ type PruneOptions struct {
 	// table by what each one deleted. A pass reads each of the table's
 	// indexes whole unless the dead rows sit on under 2% of its pages:
 	// use it with sweeps minutes apart (idem prune from cron, a backlog),
-	// not with a sweep every few seconds. On SQLite it does nothing more: the sweep hands
-	// freed pages back as it goes.
+	// not with a sweep every few seconds. On SQLite it does nothing more:
+	// the sweep hands freed pages back as it goes.
 	Vacuum bool
 }
 

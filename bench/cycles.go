@@ -68,9 +68,7 @@ func (r *runner) cycleRows(ctx context.Context) ([]Result, error) {
 		}
 		res.Note = fmt.Sprintf("filled in %.1fs; pruned %d records in %.1fs (%s a batch of %d); idem_keys %s after the fill, %s after the prune; database %s",
 			fill.took.Seconds(), p.deleted, p.took.Seconds(), p.perBatch(), pruneBatch, mib(fill.size.Ledger), mib(after.Ledger), mib(after.File))
-		if p.vacuumed > 0 {
-			res.Note += fmt.Sprintf("; the prune's time includes a VACUUM of %.1fs", p.vacuumed.Seconds())
-		}
+		res.Note += vacuumNote(p.vacuumed)
 		if r.o.CyclePause > 0 && i < pruneCycles {
 			res.Note += fmt.Sprintf("; then a pause of %s", r.o.CyclePause)
 			r.progress("cycles: %d of %d: pausing %s", i, pruneCycles, r.o.CyclePause)
@@ -134,10 +132,17 @@ func (r *runner) tombstoneRows(ctx context.Context, l *idem.Ledger, shift *atomi
 		}
 		res.Note = fmt.Sprintf("%d records in %.1fs in %d batches of %d; idem_keys %s after the fill, %s after this prune; database %s",
 			n, took.Seconds(), st.Batches, pruneBatch, mib(fill.size.Ledger), mib(after.Ledger), mib(after.File))
-		if st.Vacuumed > 0 {
-			res.Note += fmt.Sprintf("; the prune's time includes a VACUUM of %.1fs", st.Vacuumed.Seconds())
-		}
+		res.Note += vacuumNote(st.Vacuumed)
 		out = append(out, res)
 	}
 	return out, nil
+}
+
+// vacuumNote says how much of a prune's time its PruneOptions.Vacuum pass
+// took; "" when none ran.
+func vacuumNote(d time.Duration) string {
+	if d <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("; the prune's time includes a VACUUM of %.1fs", d.Seconds())
 }

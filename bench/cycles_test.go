@@ -21,10 +21,10 @@ func checkCycles(t *testing.T, res []Result, keys int) {
 			t.Errorf("row %d: %+v, want %q measured", pruneCycles+i, r, name)
 		}
 	}
-	// The tombstones keep the keys, fingerprints and indexes' entries of
-	// the records, without their 1 KiB responses.
-	if tomb := res[pruneCycles]; tomb.DiskBytesAfter <= 0 {
-		t.Errorf("%s: idem_keys %d bytes after", tomb.Name, tomb.DiskBytesAfter)
+	// Deleting the tombstones gives their space back: SQLite's sweep hands
+	// pages back as it goes, and the PostgreSQL test vacuums after each step.
+	if tomb, del := res[pruneCycles], res[pruneCycles+1]; del.DiskBytesAfter >= tomb.DiskBytesAfter {
+		t.Errorf("idem_keys %d bytes after deleting the tombstones, %d before: no space given back", del.DiskBytesAfter, tomb.DiskBytesAfter)
 	}
 	for i, r := range res[:pruneCycles] {
 		if r.Group != GroupCycles || r.Keys != keys || !strings.HasSuffix(r.Name, fmt.Sprintf("cycle %d", i+1)) {

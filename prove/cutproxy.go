@@ -179,7 +179,7 @@ func (p *cutProxy) frontend(client, server net.Conn) {
 			// By chance, or at the forceCutAt-th COMMIT if none was cut
 			// before it: a short run's few COMMITs may all escape the
 			// odds, and the attack must land.
-			if cut = p.chance(p.commit) || n >= forceCutAt && p.cutBefore.Load()+p.cutAfter.Load() == 0; cut {
+			if cut = p.chance(p.commit) || (n >= forceCutAt && p.cutBefore.Load()+p.cutAfter.Load() == 0); cut {
 				before = p.chance(0.5)
 			}
 		case msg[0] == msgQuery || msg[0] == msgSync:

@@ -353,15 +353,17 @@ const mayVacuumSQL = `SELECT pg_has_role(c.relowner, 'USAGE') OR pg_has_role(d.d
 // key over anyway); the rest become tombstones. The parts touch disjoint
 // rows (they share one snapshot: the tombstones made here are not yet seen
 // as tombstones). The windows' ends compare with clockNow, not c.now, so
-// that each is the bound of its index scan (see clockNow): joined to c, a
-// scan planned as the outer side of the join, as it is when the statistics
-// were taken with few tombstones, reads every tombstone in the index and
-// filters them afterwards, on every batch (measured: tombstoning 300k
-// records at 5k records/s, slowing batch after batch as its own
-// tombstones piled up; 59k/s bounded). Each part also reads its index in
-// order (oldest first): a custom plan for a clock the statistics say every
-// record is past chose a sequential scan of the whole table otherwise,
-// read again by every batch once those records were tombstones.
+// that each is the bound of its index scan (see clockNow). Joined to c, a
+// scan planned as the outer side of the join, as it is when the
+// statistics were taken with few tombstones, reads every tombstone in the
+// index and filters them afterwards, on every batch (measured:
+// tombstoning 300k records at 5k records/s, slowing batch after batch as
+// its own tombstones piled up; 59k/s bounded). Each part also reads its
+// index in order (oldest first): a custom plan for a clock the statistics
+// say every record is past chose a sequential scan of the whole table
+// otherwise, read again by every batch once those records were
+// tombstones. A released key's window depends on its row's retention, so
+// that part reads every released key whatever the bound.
 const pruneSQL = clockCTE + `,
 w AS (SELECT k.ctid AS id, k.tombstone_until <= ` + clockNow + ` AS past FROM idem_keys k
 	WHERE k.state IN ('succeeded', 'failed') AND k.expires_at <= ` + clockNow + `
@@ -372,8 +374,8 @@ tomb AS (UPDATE idem_keys SET state = 'tombstone', status = 0, meta = NULL, body
 dead AS (DELETE FROM idem_keys WHERE ctid = ANY(ARRAY(SELECT k.ctid FROM idem_keys k
 	WHERE k.state = 'tombstone' AND k.tombstone_until <= ` + clockNow + `
 	ORDER BY k.tombstone_until LIMIT $2 FOR UPDATE OF k SKIP LOCKED)) RETURNING 1),
-released AS (DELETE FROM idem_keys WHERE ctid = ANY(ARRAY(SELECT k.ctid FROM idem_keys k, c
-	WHERE k.state = 'released' AND k.updated_at + k.retention_ms` + msInterval + ` <= c.now
+released AS (DELETE FROM idem_keys WHERE ctid = ANY(ARRAY(SELECT k.ctid FROM idem_keys k
+	WHERE k.state = 'released' AND k.updated_at + k.retention_ms` + msInterval + ` <= ` + clockNow + `
 	LIMIT $2 FOR UPDATE OF k SKIP LOCKED)) RETURNING 1)
 SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM tomb), (SELECT count(*) FROM dead) + (SELECT count(*) FROM released)`
 
