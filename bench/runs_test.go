@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idemdev/idem/dburl"
 )
 
 // run makes up one run of a row: ops/s of both sides, the ratio as
@@ -200,6 +202,27 @@ func TestRunsSQLite(t *testing.T) {
 			t.Errorf("run %d measured %d times:\n%s", k, n, progress.String())
 		}
 	}
+}
+
+// TestRunsEveryDefaultGroup: every default group can be measured more
+// than once on the same databases; a run that started its keys again
+// would meet the previous run's records (the SQLite libraries' row did).
+func TestRunsEveryDefaultGroup(t *testing.T) {
+	t.Parallel()
+	res, err := Run(t.Context(), &Options{Duration: 200 * time.Millisecond, Concurrency: []int{1}, Runs: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups := map[string]bool{}
+	for _, r := range res {
+		groups[r.Group] = true
+	}
+	for _, g := range DefaultGroups {
+		if !groups[g] && !(g == GroupSQLite && !dburl.SQLiteLibraries()["mattn"]) {
+			t.Errorf("no row of group %s", g)
+		}
+	}
+	checkRuns(t, res, 2)
 }
 
 // TestScaleRunsFillOnce: with Runs 2 the scale rows are each measured

@@ -27,11 +27,15 @@ func (r *runner) sqliteRows(ctx context.Context) ([]Result, error) {
 			done()
 			return out, err
 		}
+		// One key sequence per side across the runs: a run that started
+		// the keys again would find the last run's records.
+		sides := []side{
+			{name: "modernc", op: ledgerClaimComplete(modernc, moderncScope)},
+			{name: "mattn", op: ledgerClaimComplete(mattn, mattnScope)},
+		}
 		row, err := r.medianRun(func(int) (Result, error) {
 			r.progress("ledger claim+complete, %s: modernc.org/sqlite, mattn/go-sqlite3", callers(c))
-			res, err := compare(ctx, c, r.o.Duration,
-				side{name: "modernc", op: ledgerClaimComplete(modernc, moderncScope)},
-				side{name: "mattn", op: ledgerClaimComplete(mattn, mattnScope)})
+			res, err := compare(ctx, c, r.o.Duration, sides...)
 			if err != nil {
 				return Result{}, err
 			}
