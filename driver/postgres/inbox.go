@@ -47,7 +47,8 @@ func (d *Driver) InboxPrune(ctx context.Context, olderThan time.Duration, limit 
 }
 
 // inboxPruneSQL deletes at most $3 inbox records received at least $2 ms
-// ago.
-const inboxPruneSQL = clockCTE + `DELETE FROM idem_inbox i USING c WHERE (i.source, i.message_id) IN (
-	SELECT source, message_id FROM idem_inbox WHERE received_at <= ` + clockNow + ` - $2` + msInterval + `
-	ORDER BY received_at LIMIT $3 FOR UPDATE OF idem_inbox SKIP LOCKED)`
+// ago, by the row addresses it picked and locked (as pruneJobsSQL deletes
+// by id).
+const inboxPruneSQL = `DELETE FROM idem_inbox WHERE ctid = ANY(ARRAY(
+	SELECT ctid FROM idem_inbox WHERE received_at <= ` + clockNow + ` - $2` + msInterval + `
+	ORDER BY received_at LIMIT $3 FOR UPDATE OF idem_inbox SKIP LOCKED))`

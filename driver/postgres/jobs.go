@@ -338,18 +338,31 @@ func (d *Driver) ClaimJobs(ctx context.Context, p driver.ClaimJobsParams) ([]ide
 	return out, nil
 }
 
-// claimJobsSQL is ClaimJobs' statement; its arguments are claimArgs.
-var claimJobsSQL = clockCTE + `,
-expired AS MATERIALIZED (
-	SELECT id FROM idem_jobs WHERE state = 'running' AND queue = $2 AND lease_until <= ` + clockNow + `
-	ORDER BY lease_until LIMIT $3 FOR UPDATE OF idem_jobs SKIP LOCKED),
-rescued AS (
-	UPDATE idem_jobs j SET
+// expiredJobs selects (and locks) up to $3 jobs of queue $2 whose lease
+// ended: the expired-lease scan every claim starts with.
+const expiredJobs = `SELECT id FROM idem_jobs WHERE state = 'running' AND queue = $2 AND lease_until <= ` + clockNow + `
+	ORDER BY lease_until LIMIT $3 FOR UPDATE OF idem_jobs SKIP LOCKED`
+
+// rescueExpired makes the jobs of the CTE expired available again, or
+// dead after their last attempt.
+//
+// It, and each claim's UPDATE, reads the jobs its CTE locked by primary key
+// (id = ANY of their ids) rather than joining the CTE: with statistics
+// that say the table is nearly empty (taken after a queue was drained and
+// pruned), a join was planned as a scan of the whole primary key with the
+// CTE read once per row, and a claim from a queue of 29,000 jobs took
+// 1.6 s (TestJobClaimReadsOnlyWhatItClaims).
+var rescueExpired = `UPDATE idem_jobs j SET
 		state = CASE WHEN j.attempt < j.max_attempts THEN 'available' ELSE 'dead' END,
 		finalized_at = CASE WHEN j.attempt < j.max_attempts THEN NULL ELSE c.now END,
 		run_at = c.now, lease_until = NULL, updated_at = c.now,
 		errors = ` + appendError(`'lease expired: worker ' || j.worker || ' stopped heartbeating'`) + `
-	FROM c, expired WHERE j.id = expired.id
+	FROM c WHERE j.id = ANY(ARRAY(SELECT id FROM expired))`
+
+// claimJobsSQL is ClaimJobs' statement; its arguments are claimArgs.
+var claimJobsSQL = clockCTE + `,
+expired AS MATERIALIZED (` + expiredJobs + `),
+rescued AS (` + rescueExpired + `
 	RETURNING j.id),
 due AS MATERIALIZED (
 	SELECT id FROM idem_jobs WHERE state = 'available' AND queue = $2 AND run_at <= ` + clockNow + `
@@ -358,7 +371,7 @@ due AS MATERIALIZED (
 claimed AS (
 	UPDATE idem_jobs j SET state = 'running', attempt = j.attempt + 1, lease_id = $5,
 		lease_until = c.now + $6` + msInterval + `, worker = $7, attempted_at = c.now, updated_at = c.now
-	FROM c, due WHERE j.id = due.id
+	FROM c WHERE j.id = ANY(ARRAY(SELECT id FROM due))
 	RETURNING ` + claimCols("j.") + `)
 SELECT ` + claimCols("claimed.") + `, c.now FROM claimed, c ORDER BY claimed.priority, claimed.run_at, claimed.id`
 
@@ -664,7 +677,7 @@ func (d *Driver) CancelJob(ctx context.Context, id int64) (idemtype.JobRow, idem
 	j, err := scanJob(&withTail{row: d.ex.QueryRow(ctx, clockCTE+`, old AS MATERIALIZED (
 	SELECT id, state FROM idem_jobs WHERE id = $2 AND state IN ('available', 'running') FOR UPDATE)
 UPDATE idem_jobs j SET state = 'cancelled', lease_until = NULL, finalized_at = c.now, updated_at = c.now
-	FROM c, old WHERE j.id = old.id RETURNING `+jobCols("j.")+`, c.now, old.state`, d.clock(), id), tail: &from})
+	FROM c, old WHERE j.id = $2 AND j.id = old.id RETURNING `+jobCols("j.")+`, c.now, old.state`, d.clock(), id), tail: &from})
 	if errors.Is(err, sql.ErrNoRows) {
 		j, err = d.GetJob(ctx, id)
 		switch {
@@ -730,6 +743,9 @@ func (d *Driver) PruneJobs(ctx context.Context, olderThan time.Duration, limit i
 }
 
 // pruneJobsSQL deletes at most $3 jobs finalized at least $2 ms ago.
-const pruneJobsSQL = clockCTE + `DELETE FROM idem_jobs j USING c WHERE j.id IN (SELECT id FROM idem_jobs
+// It deletes by primary key the ids it picked (see rescueExpired): as a
+// semi-join, with statistics that say the table is nearly empty, the whole
+// table was read for each batch.
+const pruneJobsSQL = `DELETE FROM idem_jobs WHERE id = ANY(ARRAY(SELECT id FROM idem_jobs
 	WHERE state IN ('completed', 'cancelled') AND finalized_at <= ` + clockNow + ` - $2` + msInterval + `
-	ORDER BY finalized_at LIMIT $3 FOR UPDATE OF idem_jobs SKIP LOCKED)`
+	ORDER BY finalized_at LIMIT $3 FOR UPDATE OF idem_jobs SKIP LOCKED))`

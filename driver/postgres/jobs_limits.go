@@ -28,16 +28,7 @@ func (d *Driver) claimLimited(ctx context.Context, p driver.ClaimJobsParams) ([]
 		return nil, fmt.Errorf("postgres: claim jobs: lock queue: %w", err)
 	}
 	if p.RescueLimit > 0 {
-		if _, err := tx.Exec(ctx, clockCTE+`,
-expired AS MATERIALIZED (
-	SELECT id FROM idem_jobs WHERE state = 'running' AND queue = $2 AND lease_until <= `+clockNow+`
-	ORDER BY lease_until LIMIT $3 FOR UPDATE OF idem_jobs SKIP LOCKED)
-UPDATE idem_jobs j SET
-	state = CASE WHEN j.attempt < j.max_attempts THEN 'available' ELSE 'dead' END,
-	finalized_at = CASE WHEN j.attempt < j.max_attempts THEN NULL ELSE c.now END,
-	run_at = c.now, lease_until = NULL, updated_at = c.now,
-	errors = `+appendError(`'lease expired: worker ' || j.worker || ' stopped heartbeating'`)+`
-FROM c, expired WHERE j.id = expired.id`, now, p.Queue, p.RescueLimit); err != nil {
+		if _, err := tx.Exec(ctx, rescueJobsSQL, now, p.Queue, p.RescueLimit); err != nil {
 			return nil, fmt.Errorf("postgres: rescue jobs: %w", err)
 		}
 	}
@@ -59,28 +50,7 @@ FROM c, expired WHERE j.id = expired.id`, now, p.Queue, p.RescueLimit); err != n
 		if conc <= 0 {
 			conc = 1 << 30
 		}
-		rows, err := pgxExecutor{tx}.Query(ctx, clockCTE+`,
-run AS (
-	SELECT CASE WHEN $8 THEN coalesce(partition_key, '') ELSE '' END AS part, count(*) AS n
-	FROM idem_jobs, c WHERE state = 'running' AND queue = $2 AND lease_until > c.now GROUP BY 1),
-cand AS (
-	SELECT id, priority, run_at, CASE WHEN $8 THEN coalesce(partition_key, '') ELSE '' END AS part
-	FROM idem_jobs WHERE state = 'available' AND queue = $2 AND run_at <= `+clockNow+`
-	ORDER BY priority, run_at, id LIMIT $9),
-ranked AS (
-	SELECT cand.id, cand.priority, cand.run_at,
-		row_number() OVER (PARTITION BY cand.part ORDER BY cand.priority, cand.run_at, cand.id) + coalesce(run.n, 0) AS pos
-	FROM cand LEFT JOIN run ON run.part = cand.part),
-due AS MATERIALIZED (
-	SELECT j.id FROM idem_jobs j WHERE j.state = 'available' AND j.id IN (
-		SELECT id FROM ranked WHERE pos <= $7 ORDER BY priority, run_at, id LIMIT $3)
-	FOR UPDATE OF j SKIP LOCKED),
-claimed AS (
-	UPDATE idem_jobs j SET state = 'running', attempt = j.attempt + 1, lease_id = $4,
-		lease_until = c.now + $5`+msInterval+`, worker = $6, attempted_at = c.now, updated_at = c.now
-	FROM c, due WHERE j.id = due.id
-	RETURNING `+claimCols("j.")+`)
-SELECT `+claimCols("claimed.")+`, c.now FROM claimed, c ORDER BY claimed.priority, claimed.run_at, claimed.id`,
+		rows, err := pgxExecutor{tx}.Query(ctx, claimLimitedSQL,
 			now, p.Queue, limit, p.LeaseID, p.Lease.Milliseconds(), p.Worker, conc, p.PerPartition, limitScan(limit))
 		if err != nil {
 			return nil, fmt.Errorf("postgres: claim jobs: %w", err)
@@ -102,6 +72,41 @@ SELECT `+claimCols("claimed.")+`, c.now FROM claimed, c ORDER BY claimed.priorit
 	}
 	return out, nil
 }
+
+// rescueJobsSQL makes a queue's jobs whose lease ended ($3 at most)
+// available again, or dead after their last attempt: claimLimited's first
+// statement, the part of claimJobsSQL before its claim.
+var rescueJobsSQL = clockCTE + `,
+expired AS MATERIALIZED (` + expiredJobs + `)
+` + rescueExpired
+
+// claimLimitedSQL claims up to $3 due jobs of queue $2 that fit the
+// queue's concurrency limit $7 (per partition when $8), looking at $9 of
+// them (limitScan), for lease id $4, lease $5 ms and worker $6. Like
+// claimJobsSQL it reads the jobs it picked by primary key (see
+// rescueExpired): as a semi-join, the pick was read once per due job.
+var claimLimitedSQL = clockCTE + `,
+run AS (
+	SELECT CASE WHEN $8 THEN coalesce(partition_key, '') ELSE '' END AS part, count(*) AS n
+	FROM idem_jobs, c WHERE state = 'running' AND queue = $2 AND lease_until > c.now GROUP BY 1),
+cand AS (
+	SELECT id, priority, run_at, CASE WHEN $8 THEN coalesce(partition_key, '') ELSE '' END AS part
+	FROM idem_jobs WHERE state = 'available' AND queue = $2 AND run_at <= ` + clockNow + `
+	ORDER BY priority, run_at, id LIMIT $9),
+ranked AS (
+	SELECT cand.id, cand.priority, cand.run_at,
+		row_number() OVER (PARTITION BY cand.part ORDER BY cand.priority, cand.run_at, cand.id) + coalesce(run.n, 0) AS pos
+	FROM cand LEFT JOIN run ON run.part = cand.part),
+due AS MATERIALIZED (
+	SELECT j.id FROM idem_jobs j WHERE j.state = 'available' AND j.id = ANY(ARRAY(
+		SELECT id FROM ranked WHERE pos <= $7 ORDER BY priority, run_at, id LIMIT $3))
+	FOR UPDATE OF j SKIP LOCKED),
+claimed AS (
+	UPDATE idem_jobs j SET state = 'running', attempt = j.attempt + 1, lease_id = $4,
+		lease_until = c.now + $5` + msInterval + `, worker = $6, attempted_at = c.now, updated_at = c.now
+	FROM c WHERE j.id = ANY(ARRAY(SELECT id FROM due))
+	RETURNING ` + claimCols("j.") + `)
+SELECT ` + claimCols("claimed.") + `, c.now FROM claimed, c ORDER BY claimed.priority, claimed.run_at, claimed.id`
 
 // limitScan is how many due jobs, in claim order, a limited claim looks
 // at to find limit that fit their partitions' free slots: a partition at
