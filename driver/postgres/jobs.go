@@ -368,12 +368,20 @@ due AS MATERIALIZED (
 	SELECT id FROM idem_jobs WHERE state = 'available' AND queue = $2 AND run_at <= ` + clockNow + `
 		AND NOT EXISTS (SELECT 1 FROM idem_job_queues p WHERE p.queue = $2 AND p.paused_at IS NOT NULL)
 	ORDER BY priority, run_at, id LIMIT $4 FOR UPDATE OF idem_jobs SKIP LOCKED),
-claimed AS (
-	UPDATE idem_jobs j SET state = 'running', attempt = j.attempt + 1, lease_id = $5,
-		lease_until = c.now + $6` + msInterval + `, worker = $7, attempted_at = c.now, updated_at = c.now
+` + claimDue("$5", "$6", "$7")
+
+// claimDue ends a claim: it makes the jobs of the CTE due running under
+// lease id leaseID, for lease ms, by worker (each a parameter), reading
+// them by primary key (see rescueExpired), and returns them in claim order
+// with the clock.
+func claimDue(leaseID, lease, worker string) string {
+	return `claimed AS (
+	UPDATE idem_jobs j SET state = 'running', attempt = j.attempt + 1, lease_id = ` + leaseID + `,
+		lease_until = c.now + ` + lease + msInterval + `, worker = ` + worker + `, attempted_at = c.now, updated_at = c.now
 	FROM c WHERE j.id = ANY(ARRAY(SELECT id FROM due))
 	RETURNING ` + claimCols("j.") + `)
 SELECT ` + claimCols("claimed.") + `, c.now FROM claimed, c ORDER BY claimed.priority, claimed.run_at, claimed.id`
+}
 
 func (d *Driver) claimArgs(p driver.ClaimJobsParams) []any {
 	return []any{d.clock(), p.Queue, p.RescueLimit, p.Limit, p.LeaseID, p.Lease.Milliseconds(), p.Worker}

@@ -101,12 +101,7 @@ due AS MATERIALIZED (
 	SELECT j.id FROM idem_jobs j WHERE j.state = 'available' AND j.id = ANY(ARRAY(
 		SELECT id FROM ranked WHERE pos <= $7 ORDER BY priority, run_at, id LIMIT $3))
 	FOR UPDATE OF j SKIP LOCKED),
-claimed AS (
-	UPDATE idem_jobs j SET state = 'running', attempt = j.attempt + 1, lease_id = $4,
-		lease_until = c.now + $5` + msInterval + `, worker = $6, attempted_at = c.now, updated_at = c.now
-	FROM c WHERE j.id = ANY(ARRAY(SELECT id FROM due))
-	RETURNING ` + claimCols("j.") + `)
-SELECT ` + claimCols("claimed.") + `, c.now FROM claimed, c ORDER BY claimed.priority, claimed.run_at, claimed.id`
+` + claimDue("$4", "$5", "$6")
 
 // limitScan is how many due jobs, in claim order, a limited claim looks
 // at to find limit that fit their partitions' free slots: a partition at
