@@ -79,10 +79,14 @@ func (d *Driver) ReportActivity(ctx context.Context, r driver.ActivityReport) ([
 }
 
 // replayQuery adds replays to one record, unless another transaction
-// holds it locked (SKIP LOCKED: a report never waits on a claim).
+// holds it locked (SKIP LOCKED: a report never waits on a claim). The
+// UPDATE names its row by primary key as well as by the join: joined to
+// l alone, with statistics that say the table is nearly empty, it was
+// planned as a scan of the whole primary key, once per record reported
+// (TestWritesReadOnlyTheRowsTheyPicked).
 const replayQuery = `WITH l AS (SELECT scope, key FROM idem_keys WHERE scope = $1 AND key = $2 FOR UPDATE SKIP LOCKED)
 UPDATE idem_keys k SET replays = k.replays + $3, last_replayed_at = greatest(k.last_replayed_at, $4::timestamptz)
-FROM l WHERE k.scope = l.scope AND k.key = l.key`
+FROM l WHERE k.scope = $1 AND k.key = $2 AND k.scope = l.scope AND k.key = l.key`
 
 // ActivitySources reads every source's counters.
 func (d *Driver) ActivitySources(ctx context.Context) ([]driver.SourceCounter, error) {

@@ -351,7 +351,7 @@ const expiredJobs = `SELECT id FROM idem_jobs WHERE state = 'running' AND queue 
 // that say the table is nearly empty (taken after a queue was drained and
 // pruned), a join was planned as a scan of the whole primary key with the
 // CTE read once per row, and a claim from a queue of 29,000 jobs took
-// 1.6 s (TestJobClaimReadsOnlyWhatItClaims).
+// 1.6 s (TestWritesReadOnlyTheRowsTheyPicked).
 var rescueExpired = `UPDATE idem_jobs j SET
 		state = CASE WHEN j.attempt < j.max_attempts THEN 'available' ELSE 'dead' END,
 		finalized_at = CASE WHEN j.attempt < j.max_attempts THEN NULL ELSE c.now END,

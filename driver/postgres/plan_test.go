@@ -192,17 +192,18 @@ func explainBatch(t *testing.T, conn *pgxpool.Conn, mode, statement, args string
 		`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE prune_batch(`+args+`)`, `ROLLBACK`, `DEALLOCATE prune_batch`)
 }
 
-// TestJobClaimReadsOnlyWhatItClaims: a claim of jobs reads the jobs it
-// claims by primary key, not the whole table, whatever the statistics
-// say; so do the rescue of expired leases and the jobs' and the inbox's
-// prunes. The tables are vacuumed while their pages hold one live row, as
+// TestWritesReadOnlyTheRowsTheyPicked: a write that first picks and locks
+// its rows in a CTE or sub-select then reads them by primary key, not the
+// whole table, whatever the statistics say: a claim of jobs, the rescue of
+// expired leases, the limited claim, the jobs' and the inbox's prunes, and
+// the count of a key's replays. The tables are vacuumed while their pages hold one live row, as
 // after a queue was drained and its jobs pruned, then 20,000 rows are
 // added at once: statistics that say the tables are nearly empty. Joined to the CTE of
 // the jobs it locked, the claim's UPDATE was planned (generic plan, the
 // one a prepared statement settles on) as a scan of the whole primary key
 // with the CTE read once per row: a claim of 440 jobs from a queue of
 // 29,000 took 1.6 s, and a bench slice of 8 loops completed no job.
-func TestJobClaimReadsOnlyWhatItClaims(t *testing.T) {
+func TestWritesReadOnlyTheRowsTheyPicked(t *testing.T) {
 	t.Parallel()
 	d := openTest(t)
 	conn := setUp(t, d,
@@ -224,14 +225,26 @@ func TestJobClaimReadsOnlyWhatItClaims(t *testing.T) {
 		`INSERT INTO idem_inbox (source, message_id, payload_hash, received_at)
 		SELECT 's', 'm' || g, 'h', now() - CASE WHEN g % 100 = 0 THEN interval '2 hours' ELSE interval '0' END
 		FROM generate_series(1, 20000) g`,
+		`ALTER TABLE idem_keys SET (autovacuum_enabled = false)`,
+		`INSERT INTO idem_keys (scope, key, fingerprint, state, attempt, lease_id, lease_until, retention_ms, tombstone_ms,
+			created_at, updated_at, completed_at, expires_at, tombstone_until, status, replays)
+		SELECT 's', 'old' || g, 'f', 'succeeded', 1, 7, now(), 60000, 60000, now(), now(), now(), now() + interval '1 day', now() + interval '2 days', 200, 0
+		FROM generate_series(1, 20000) g`,
+		`DELETE FROM idem_keys WHERE key <> 'old20000'`,
+		`VACUUM ANALYZE idem_keys`,
+		`INSERT INTO idem_keys (scope, key, fingerprint, state, attempt, lease_id, lease_until, retention_ms, tombstone_ms,
+			created_at, updated_at, completed_at, expires_at, tombstone_until, status, replays)
+		SELECT 's', 'k' || g, 'f', 'succeeded', 1, 7, now(), 60000, 60000, now(), now(), now(), now() + interval '1 day', now() + interval '2 days', 200, 0
+		FROM generate_series(1, 20000) g`,
 	)
-	rows := regexp.MustCompile(`on idem_(jobs|inbox)( \S+)? \(actual rows=(\d+) `)
+	rows := regexp.MustCompile(`on idem_(jobs|inbox|keys)( \S+)? \(actual rows=(\d+) `)
 	for _, c := range []struct{ name, sql, args string }{
 		{"claim", claimJobsSQL, `NULL, 'q', 100, 100, 7, 30000, 'w'`},
 		{"rescue", rescueJobsSQL, `NULL, 'q', 100`},
 		{"claim with limits", claimLimitedSQL, `NULL, 'q', 100, 7, 30000, 'w', 1000000, false, 200`},
 		{"prune", pruneJobsSQL, `NULL, 3600000, 100`},
 		{"inbox prune", inboxPruneSQL, `NULL, 3600000, 100`},
+		{"replays", replayQuery, `'s', 'k2', 3, now()`},
 	} {
 		for _, mode := range []string{"force_generic_plan", "force_custom_plan"} {
 			plan := explainBatch(t, conn, mode, c.sql, c.args)
