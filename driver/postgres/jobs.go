@@ -676,16 +676,21 @@ func (d *Driver) RequeueJob(ctx context.Context, id int64, attempts int) (idemty
 	return j, nil
 }
 
+// cancelJobSQL cancels job $2 if it is available or running, returning it,
+// the clock and the state it had. The UPDATE names the job by primary key
+// besides joining the locked row (see rescueExpired).
+var cancelJobSQL = clockCTE + `, old AS MATERIALIZED (
+	SELECT id, state FROM idem_jobs WHERE id = $2 AND state IN ('available', 'running') FOR UPDATE)
+UPDATE idem_jobs j SET state = 'cancelled', lease_until = NULL, finalized_at = c.now, updated_at = c.now
+	FROM c, old WHERE j.id = $2 AND j.id = old.id RETURNING ` + jobCols("j.") + `, c.now, old.state`
+
 // CancelJob makes an available or running job cancelled in one statement.
 // A holder's CompleteTx keeps the row locked until its transaction ends;
 // the FOR UPDATE waits for it and re-checks its predicate on the row as
 // committed, so a job completed meanwhile is not cancelled.
 func (d *Driver) CancelJob(ctx context.Context, id int64) (idemtype.JobRow, idemtype.JobState, error) {
 	var from string
-	j, err := scanJob(&withTail{row: d.ex.QueryRow(ctx, clockCTE+`, old AS MATERIALIZED (
-	SELECT id, state FROM idem_jobs WHERE id = $2 AND state IN ('available', 'running') FOR UPDATE)
-UPDATE idem_jobs j SET state = 'cancelled', lease_until = NULL, finalized_at = c.now, updated_at = c.now
-	FROM c, old WHERE j.id = $2 AND j.id = old.id RETURNING `+jobCols("j.")+`, c.now, old.state`, d.clock(), id), tail: &from})
+	j, err := scanJob(&withTail{row: d.ex.QueryRow(ctx, cancelJobSQL, d.clock(), id), tail: &from})
 	if errors.Is(err, sql.ErrNoRows) {
 		j, err = d.GetJob(ctx, id)
 		switch {

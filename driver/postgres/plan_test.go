@@ -26,10 +26,7 @@ func TestFencedWritesReadByPrimaryKey(t *testing.T) {
 		`ALTER TABLE idem_keys SET (autovacuum_enabled = false)`,
 		`INSERT INTO idem_jobs (queue, kind, args, state, max_attempts, run_at, created_at, updated_at, finalized_at)
 		SELECT 'q', 'k', '{}', 'completed', 3, now(), now(), now(), now() FROM generate_series(1, 20000)`,
-		`INSERT INTO idem_keys (scope, key, fingerprint, state, attempt, lease_id, lease_until, retention_ms, tombstone_ms,
-			created_at, updated_at, completed_at, expires_at, tombstone_until, status, replays)
-		SELECT 's', 'k' || g, 'f', 'succeeded', 1, 7, now(), 60000, 60000, now(), now(), now(), now() + interval '1 day', now() + interval '2 days', 200, 0
-		FROM generate_series(1, 20000) g`,
+		completedKeys("k"),
 		`ANALYZE idem_jobs, idem_keys`,
 		`UPDATE idem_jobs SET state = 'running', attempt = 1, lease_id = 7, lease_until = now() + interval '1 hour', finalized_at = NULL WHERE id % 2 = 0`,
 		`UPDATE idem_keys SET state = 'in_progress', lease_until = now() + interval '1 hour' WHERE right(key, 1) IN ('0', '2', '4', '6', '8')`,
@@ -195,10 +192,11 @@ func explainBatch(t *testing.T, conn *pgxpool.Conn, mode, statement, args string
 // TestWritesReadOnlyTheRowsTheyPicked: a write that first picks and locks
 // its rows in a CTE or sub-select then reads them by primary key, not the
 // whole table, whatever the statistics say: a claim of jobs, the rescue of
-// expired leases, the limited claim, the jobs' and the inbox's prunes, and
-// the count of a key's replays. The tables are vacuumed while their pages hold one live row, as
-// after a queue was drained and its jobs pruned, then 20,000 rows are
-// added at once: statistics that say the tables are nearly empty. Joined to the CTE of
+// expired leases, the limited claim, the jobs' and the inbox's prunes, the
+// count of a key's replays and a job's cancellation. The tables are
+// vacuumed while their pages hold one live row, as after a queue was
+// drained and its jobs pruned, then 20,000 rows are added at once:
+// statistics that say the tables are nearly empty. Joined to the CTE of
 // the jobs it locked, the claim's UPDATE was planned (generic plan, the
 // one a prepared statement settles on) as a scan of the whole primary key
 // with the CTE read once per row: a claim of 440 jobs from a queue of
@@ -206,37 +204,22 @@ func explainBatch(t *testing.T, conn *pgxpool.Conn, mode, statement, args string
 func TestWritesReadOnlyTheRowsTheyPicked(t *testing.T) {
 	t.Parallel()
 	d := openTest(t)
-	conn := setUp(t, d,
-		`ALTER TABLE idem_jobs SET (autovacuum_enabled = false)`,
-		`INSERT INTO idem_jobs (queue, kind, args, state, max_attempts, run_at, created_at, updated_at, finalized_at)
-		SELECT 'q', 'k', '{}', 'completed', 3, now(), now(), now(), now() FROM generate_series(1, 20000)`,
-		`DELETE FROM idem_jobs WHERE id < (SELECT max(id) FROM idem_jobs)`,
-		`VACUUM ANALYZE idem_jobs`,
+	var setup []string
+	setup = append(setup, nearlyEmpty("idem_jobs", `INSERT INTO idem_jobs (queue, kind, args, state, max_attempts, run_at, created_at, updated_at, finalized_at)
+		SELECT 'q', 'k', '{}', 'completed', 3, now(), now(), now(), now() FROM generate_series(1, 20000)`, "id = (SELECT max(id) FROM idem_jobs)")...)
+	setup = append(setup,
 		`INSERT INTO idem_jobs (queue, kind, args, state, max_attempts, run_at, created_at, updated_at)
 		SELECT 'q', 'k', '{}', 'available', 3, now() - interval '1 minute', now(), now() FROM generate_series(1, 20000)`,
 		`UPDATE idem_jobs SET state = 'running', attempt = 1, lease_id = 3, lease_until = now() - interval '1 second', worker = 'gone'
 		WHERE id % 100 = 0`,
-		`UPDATE idem_jobs SET state = 'completed', finalized_at = now() - interval '2 hours' WHERE id % 100 = 1`,
-		`ALTER TABLE idem_inbox SET (autovacuum_enabled = false)`,
-		`INSERT INTO idem_inbox (source, message_id, payload_hash, received_at)
-		SELECT 's', 'old' || g, 'h', now() FROM generate_series(1, 20000) g`,
-		`DELETE FROM idem_inbox WHERE message_id <> 'old20000'`,
-		`VACUUM ANALYZE idem_inbox`,
-		`INSERT INTO idem_inbox (source, message_id, payload_hash, received_at)
+		`UPDATE idem_jobs SET state = 'completed', finalized_at = now() - interval '2 hours' WHERE id % 100 = 1`)
+	setup = append(setup, nearlyEmpty("idem_inbox", `INSERT INTO idem_inbox (source, message_id, payload_hash, received_at)
+		SELECT 's', 'old' || g, 'h', now() FROM generate_series(1, 20000) g`, "message_id = 'old20000'")...)
+	setup = append(setup, `INSERT INTO idem_inbox (source, message_id, payload_hash, received_at)
 		SELECT 's', 'm' || g, 'h', now() - CASE WHEN g % 100 = 0 THEN interval '2 hours' ELSE interval '0' END
-		FROM generate_series(1, 20000) g`,
-		`ALTER TABLE idem_keys SET (autovacuum_enabled = false)`,
-		`INSERT INTO idem_keys (scope, key, fingerprint, state, attempt, lease_id, lease_until, retention_ms, tombstone_ms,
-			created_at, updated_at, completed_at, expires_at, tombstone_until, status, replays)
-		SELECT 's', 'old' || g, 'f', 'succeeded', 1, 7, now(), 60000, 60000, now(), now(), now(), now() + interval '1 day', now() + interval '2 days', 200, 0
-		FROM generate_series(1, 20000) g`,
-		`DELETE FROM idem_keys WHERE key <> 'old20000'`,
-		`VACUUM ANALYZE idem_keys`,
-		`INSERT INTO idem_keys (scope, key, fingerprint, state, attempt, lease_id, lease_until, retention_ms, tombstone_ms,
-			created_at, updated_at, completed_at, expires_at, tombstone_until, status, replays)
-		SELECT 's', 'k' || g, 'f', 'succeeded', 1, 7, now(), 60000, 60000, now(), now(), now(), now() + interval '1 day', now() + interval '2 days', 200, 0
-		FROM generate_series(1, 20000) g`,
-	)
+		FROM generate_series(1, 20000) g`)
+	setup = append(setup, nearlyEmpty("idem_keys", completedKeys("old"), "key = 'old20000'")...)
+	conn := setUp(t, d, append(setup, completedKeys("k"))...)
 	rows := regexp.MustCompile(`on idem_(jobs|inbox|keys)( \S+)? \(actual rows=(\d+) `)
 	for _, c := range []struct{ name, sql, args string }{
 		{"claim", claimJobsSQL, `NULL, 'q', 100, 100, 7, 30000, 'w'`},
@@ -245,6 +228,7 @@ func TestWritesReadOnlyTheRowsTheyPicked(t *testing.T) {
 		{"prune", pruneJobsSQL, `NULL, 3600000, 100`},
 		{"inbox prune", inboxPruneSQL, `NULL, 3600000, 100`},
 		{"replays", replayQuery, `'s', 'k2', 3, now()`},
+		{"cancel", cancelJobSQL, `NULL, 50`},
 	} {
 		for _, mode := range []string{"force_generic_plan", "force_custom_plan"} {
 			plan := explainBatch(t, conn, mode, c.sql, c.args)
@@ -255,5 +239,27 @@ func TestWritesReadOnlyTheRowsTheyPicked(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// completedKeys inserts 20,000 completed records of scope 's', their keys
+// prefix followed by a number, within both windows.
+func completedKeys(prefix string) string {
+	return `INSERT INTO idem_keys (scope, key, fingerprint, state, attempt, lease_id, lease_until, retention_ms, tombstone_ms,
+			created_at, updated_at, completed_at, expires_at, tombstone_until, status, replays)
+		SELECT 's', '` + prefix + `' || g, 'f', 'succeeded', 1, 7, now(), 60000, 60000, now(), now(), now(), now() + interval '1 day', now() + interval '2 days', 200, 0
+		FROM generate_series(1, 20000) g`
+}
+
+// nearlyEmpty returns the statements that leave table with statistics
+// saying it is nearly empty while its pages remain: autovacuum off, fill,
+// delete every row but those matching keep (the last page stays), then
+// VACUUM ANALYZE.
+func nearlyEmpty(table, fill, keep string) []string {
+	return []string{
+		`ALTER TABLE ` + table + ` SET (autovacuum_enabled = false)`,
+		fill,
+		`DELETE FROM ` + table + ` WHERE NOT (` + keep + `)`,
+		`VACUUM ANALYZE ` + table,
 	}
 }
