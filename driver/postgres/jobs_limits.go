@@ -83,10 +83,14 @@ expired AS MATERIALIZED (` + expiredJobs + `)
 // claimLimitedSQL claims up to $3 due jobs of queue $2 that fit the
 // queue's concurrency limit $7 (per partition when $8), looking at $9 of
 // them (limitScan), for lease id $4, lease $5 ms and worker $6. Like
-// claimJobsSQL it reads the jobs it picked by primary key (see
-// rescueExpired): as a semi-join, the pick was read once per due job.
+// claimJobsSQL it looks up by primary key each job it picked (see
+// rescueExpired): as a semi-join, the pick was read once per due job. It
+// locks the picked jobs and then keeps those still available: with the
+// state in the locking scan's condition, that scan could read the whole
+// partial index of available jobs, once per picked job. The running jobs'
+// count is materialized: inlined, it was counted again for each candidate.
 var claimLimitedSQL = clockCTE + `,
-run AS (
+run AS MATERIALIZED (
 	SELECT CASE WHEN $8 THEN coalesce(partition_key, '') ELSE '' END AS part, count(*) AS n
 	FROM idem_jobs, c WHERE state = 'running' AND queue = $2 AND lease_until > c.now GROUP BY 1),
 cand AS (
@@ -97,10 +101,11 @@ ranked AS (
 	SELECT cand.id, cand.priority, cand.run_at,
 		row_number() OVER (PARTITION BY cand.part ORDER BY cand.priority, cand.run_at, cand.id) + coalesce(run.n, 0) AS pos
 	FROM cand LEFT JOIN run ON run.part = cand.part),
-due AS MATERIALIZED (
-	SELECT j.id FROM idem_jobs j WHERE j.state = 'available' AND j.id = ANY(ARRAY(
-		SELECT id FROM ranked WHERE pos <= $7 ORDER BY priority, run_at, id LIMIT $3))
+pick AS MATERIALIZED (SELECT id FROM ranked WHERE pos <= $7 ORDER BY priority, run_at, id LIMIT $3),
+locked AS MATERIALIZED (
+	SELECT j.id, j.state FROM pick, idem_jobs j WHERE j.id = ANY(ARRAY[pick.id])
 	FOR UPDATE OF j SKIP LOCKED),
+due AS (SELECT id FROM locked WHERE state = 'available'),
 ` + claimDue("$4", "$5", "$6")
 
 // limitScan is how many due jobs, in claim order, a limited claim looks
