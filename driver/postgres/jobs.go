@@ -572,14 +572,28 @@ func fencedEnds(ps []driver.FinishJobParams, held map[driver.JobFence]bool) []bo
 	return fenced
 }
 
-// jobsFenced is jobFenced for a batch: each row of v (id, attempt,
-// lease_id) names a claim.
-const jobsFenced = `j.id = v.id AND j.attempt = v.attempt AND j.lease_id = v.lease_id AND j.state = ` + heldJob + ` AND j.lease_until > c.now`
+// jobsFenced is jobFenced for a batch: each row of v (see endsCTE) names
+// a claim. Every condition joins j to v, none is j's alone, and none a
+// hash or merge join can use, so the plan is a loop over v with one
+// primary-key lookup per row (see rescueExpired), whatever the
+// statistics say: written with =, and with the state and the clock
+// compared with j's columns alone, a plan made while idem_jobs was empty
+// read the whole table by a sequential scan for each batch (a hash join,
+// or a scan kept in memory across v's rows) until the table's next
+// analyze.
+const jobsFenced = `j.id = ANY(ARRAY[v.id]) AND (j.attempt, j.lease_id, j.state) IS NOT DISTINCT FROM (v.attempt, v.lease_id, v.held) AND j.lease_until > v.now`
+
+// endsCTE is the CTE v of a batch of ends: the arrays given unnested into
+// rows of the columns given, each row with the state its claim must hold
+// (held) and the clock (now) besides, for jobsFenced.
+func endsCTE(arrays, columns string) string {
+	return `, v AS MATERIALIZED (SELECT *, 'running' AS held, ` + clockNow + ` AS now FROM unnest(` + arrays + `) AS v(` + columns + `))`
+}
 
 // completeJobsSQL is queueEnds' statement for plain completions; $2, $3
 // and $4 are their ids, attempts and lease ids. It sets what
 // finishJobsSQL sets for a completion without a result.
-var completeJobsSQL = clockCTE + `, v AS (SELECT * FROM unnest($2::bigint[], $3::int[], $4::bigint[]) AS v(id, attempt, lease_id))
+var completeJobsSQL = clockCTE + endsCTE(`$2::bigint[], $3::int[], $4::bigint[]`, `id, attempt, lease_id`) + `
 	UPDATE idem_jobs j SET state = 'completed', lease_until = NULL, updated_at = c.now, finalized_at = c.now, result = NULL
 	FROM c, v
 	WHERE ` + jobsFenced + `
@@ -587,8 +601,8 @@ var completeJobsSQL = clockCTE + `, v AS (SELECT * FROM unnest($2::bigint[], $3:
 
 // finishJobsSQL is queueEnds' statement for the ends that are not plain
 // completions; its arguments are finishArgs.
-var finishJobsSQL = clockCTE + `, v AS (SELECT * FROM unnest($2::bigint[], $3::int[], $4::bigint[], $5::text[], $6::bigint[], $7::bytea[], $8::text[], $9::bool[])
-		AS v(id, attempt, lease_id, state, delay_ms, result, error, snooze))
+var finishJobsSQL = clockCTE + endsCTE(`$2::bigint[], $3::int[], $4::bigint[], $5::text[], $6::bigint[], $7::bytea[], $8::text[], $9::bool[]`,
+	`id, attempt, lease_id, state, delay_ms, result, error, snooze`) + `
 	UPDATE idem_jobs j SET ` + jobFinishSet + ` FROM c, v
 	WHERE ` + jobsFenced + `
 	RETURNING j.id, v.attempt, v.lease_id`

@@ -32,17 +32,7 @@ func TestFencedWritesReadByPrimaryKey(t *testing.T) {
 		`UPDATE idem_jobs SET state = 'running', attempt = 1, lease_id = 7, lease_until = now() + interval '1 hour', finalized_at = NULL WHERE id % 2 = 0`,
 		`UPDATE idem_keys SET state = 'in_progress', lease_until = now() + interval '1 hour' WHERE right(key, 1) IN ('0', '2', '4', '6', '8')`,
 	)
-	writes := []struct {
-		name, sql, args string
-		table           string
-	}{
-		{"complete jobs", completeJobsSQL, `NULL, '{2,4,6}', '{1,1,1}', '{7,7,7}'`, "idem_jobs"},
-		{"finish jobs", finishJobsSQL, `NULL, '{2,4}', '{1,1}', '{7,7}', '{available,dead}', '{1000,0}', '{NULL,NULL}', '{e,e}', '{false,false}'`, "idem_jobs"},
-		{"heartbeat job", heartbeatJobSQL, `NULL, 2, 1, 7, 30000`, "idem_jobs"},
-		{"finish key", finishQuery, `NULL, 's', 'k2', 1, 7, 'succeeded', 200, NULL, NULL`, "idem_keys"},
-		{"heartbeat key", heartbeatSQL, `NULL, 's', 'k2', 1, 7, 30000`, "idem_keys"},
-	}
-	for _, w := range writes {
+	for _, w := range fencedWrites {
 		for _, mode := range []string{"force_generic_plan", "force_custom_plan"} {
 			plan := planOf(t, conn, []string{`SET plan_cache_mode = ` + mode, `PREPARE fenced_write AS ` + w.sql},
 				`EXPLAIN EXECUTE fenced_write(`+w.args+`)`, `DEALLOCATE fenced_write`)
@@ -51,6 +41,16 @@ func TestFencedWritesReadByPrimaryKey(t *testing.T) {
 			}
 		}
 	}
+}
+
+// fencedWrites are a holder's writes, with arguments naming jobs 2, 4 and
+// 6 and key k2 of scope s, held with attempt 1 and lease id 7.
+var fencedWrites = []struct{ name, sql, args, table string }{
+	{"complete jobs", completeJobsSQL, `NULL, '{2,4,6}', '{1,1,1}', '{7,7,7}'`, "idem_jobs"},
+	{"finish jobs", finishJobsSQL, `NULL, '{2,4}', '{1,1}', '{7,7}', '{available,dead}', '{1000,0}', '{NULL,NULL}', '{e,e}', '{false,false}'`, "idem_jobs"},
+	{"heartbeat job", heartbeatJobSQL, `NULL, 2, 1, 7, 30000`, "idem_jobs"},
+	{"finish key", finishQuery, `NULL, 's', 'k2', 1, 7, 'succeeded', 200, NULL, NULL`, "idem_keys"},
+	{"heartbeat key", heartbeatSQL, `NULL, 's', 'k2', 1, 7, 30000`, "idem_keys"},
 }
 
 // planOf runs the statements before, then explain, whose lines it returns,
@@ -264,19 +264,20 @@ func checkPickedRows(t *testing.T, name, plan string) {
 // loop, and its loops.
 var scanRows = regexp.MustCompile(`on idem_(jobs|inbox|keys)(?: \S+)? \(actual rows=(\d+) loops=(\d+)\)\n(?:\s+(?:Index Cond|Filter|TID Cond|Recheck Cond): .*\n)*(\s+Rows Removed by Filter: (\d+))?`)
 
-// TestWritesPlannedOnEmptyTablesReadOnlyTheirRows: the same statements,
-// prepared and first run while their tables were empty and never analyzed
-// (a new database, a pool opened before the first job), keep reading only
-// the rows they picked once the tables hold 20,000 rows and no analyze
-// has run since. A generic plan is made on the first run and kept: read
-// by primary key as id = ANY of the picked ids, the claim's rows were read
-// by a sequential scan of the whole table (an empty table is planned as
-// ten pages, on which a scan is cheaper than ten index descents), every
-// claim until autovacuum's next analyze. The inbox's prune is left out:
-// its rows have no one-column key, and by row address (ctid) a plan made
-// on an empty table reads the whole table until the table's first
-// analyze replans it (as the ledger's prune does; both run in batches
-// of many rows, on a schedule).
+// TestWritesPlannedOnEmptyTablesReadOnlyTheirRows: the same statements and
+// a holder's writes (fencedWrites), prepared and first run while their
+// tables were empty and never analyzed (a new database, a pool opened
+// before the first job), keep reading only the rows they picked once the
+// tables hold 20,000 rows and no analyze has run since. A generic plan is
+// made on the first run and kept: read by primary key as id = ANY of the
+// picked ids, the claim's rows were read by a sequential scan of the
+// whole table (an empty table is planned as ten pages, on which a scan is
+// cheaper than ten index descents), every claim until autovacuum's next
+// analyze, and so were a batch of completions' rows, joined to their ids
+// with =. The inbox's prune is left out: its rows have no one-column key,
+// and by row address (ctid) a plan made on an empty table reads the whole
+// table until the table's first analyze replans it (as the ledger's prune
+// does; both run in batches of many rows, on a schedule).
 func TestWritesPlannedOnEmptyTablesReadOnlyTheirRows(t *testing.T) {
 	t.Parallel()
 	d := openTest(t)
@@ -289,6 +290,9 @@ func TestWritesPlannedOnEmptyTablesReadOnlyTheirRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	writes := slices.DeleteFunc(slices.Clone(pickedWrites), func(w pickedWrite) bool { return w.name == "inbox prune" })
+	for _, w := range fencedWrites {
+		writes = append(writes, pickedWrite{w.name, w.sql, w.args})
+	}
 	for i, w := range writes {
 		for _, q := range []string{`PREPARE w` + strconv.Itoa(i) + ` AS ` + w.sql, `BEGIN`, `EXECUTE w` + strconv.Itoa(i) + `(` + w.args + `)`, `ROLLBACK`} {
 			if _, err := conn.Exec(ctx, q); err != nil {
@@ -302,10 +306,12 @@ func TestWritesPlannedOnEmptyTablesReadOnlyTheirRows(t *testing.T) {
 		`UPDATE idem_jobs SET state = 'running', attempt = 1, lease_id = 3, lease_until = now() - interval '1 second', worker = 'gone'
 		WHERE id % 100 = 0`,
 		`UPDATE idem_jobs SET state = 'completed', finalized_at = now() - interval '2 hours' WHERE id % 100 = 1`,
+		`UPDATE idem_jobs SET state = 'running', attempt = 1, lease_id = 7, lease_until = now() + interval '1 hour' WHERE id IN (2, 4, 6)`,
 		`INSERT INTO idem_inbox (source, message_id, payload_hash, received_at)
 		SELECT 's', 'm' || g, 'h', now() - CASE WHEN g % 100 = 0 THEN interval '2 hours' ELSE interval '0' END
 		FROM generate_series(1, 20000) g`,
 		completedKeys("k"),
+		`UPDATE idem_keys SET state = 'in_progress', lease_until = now() + interval '1 hour' WHERE key = 'k2'`,
 	} {
 		if _, err := conn.Exec(ctx, q); err != nil {
 			t.Fatalf("%s: %v", q, err)
