@@ -22,16 +22,14 @@ import (
 func TestFencedWritesReadByPrimaryKey(t *testing.T) {
 	t.Parallel()
 	d := openTest(t)
-	conn := setUp(t, d,
-		`ALTER TABLE idem_jobs SET (autovacuum_enabled = false)`,
-		`ALTER TABLE idem_keys SET (autovacuum_enabled = false)`,
+	conn := setUp(t, d, append(autovacuumOff("idem_jobs", "idem_keys"),
 		`INSERT INTO idem_jobs (queue, kind, args, state, max_attempts, run_at, created_at, updated_at, finalized_at)
 		SELECT 'q', 'k', '{}', 'completed', 3, now(), now(), now(), now() FROM generate_series(1, 20000)`,
 		completedKeys("k"),
 		`ANALYZE idem_jobs, idem_keys`,
 		`UPDATE idem_jobs SET state = 'running', attempt = 1, lease_id = 7, lease_until = now() + interval '1 hour', finalized_at = NULL WHERE id % 2 = 0`,
 		`UPDATE idem_keys SET state = 'in_progress', lease_until = now() + interval '1 hour' WHERE right(key, 1) IN ('0', '2', '4', '6', '8')`,
-	)
+	)...)
 	for _, w := range fencedWrites {
 		for _, mode := range []string{"force_generic_plan", "force_custom_plan"} {
 			plan := planOf(t, conn, []string{`SET plan_cache_mode = ` + mode, `PREPARE fenced_write AS ` + w.sql},
@@ -101,8 +99,7 @@ func planOf(t *testing.T, conn *pgxpool.Conn, before []string, explain string, a
 func TestPruneScansStopAtTheWindows(t *testing.T) {
 	t.Parallel()
 	d := openTest(t)
-	conn := setUp(t, d,
-		`ALTER TABLE idem_keys SET (autovacuum_enabled = false)`,
+	conn := setUp(t, d, append(autovacuumOff("idem_keys"),
 		`INSERT INTO idem_keys (scope, key, fingerprint, state, attempt, lease_id, lease_until, retention_ms, tombstone_ms,
 			created_at, updated_at, completed_at, expires_at, tombstone_until, status, replays)
 		SELECT 's', 'k' || g, 'f', 'succeeded', 1, 7, now(), 60000, 86400000, now(), now(), now(),
@@ -110,7 +107,7 @@ func TestPruneScansStopAtTheWindows(t *testing.T) {
 		FROM generate_series(1, 20000) g`,
 		`ANALYZE idem_keys`,
 		`UPDATE idem_keys SET state = 'tombstone' WHERE right(key, 1) IN ('0', '2', '4', '6', '8')`,
-	)
+	)...)
 	// explain runs one batch at the clock given (NULL: now) and rolls it back.
 	explain := func(mode, clock string) string {
 		t.Helper()
@@ -141,16 +138,14 @@ func TestPruneScansStopAtTheWindows(t *testing.T) {
 func TestJobsAndInboxPruneScansStopAtTheirWindows(t *testing.T) {
 	t.Parallel()
 	d := openTest(t)
-	conn := setUp(t, d,
-		`ALTER TABLE idem_jobs SET (autovacuum_enabled = false)`,
-		`ALTER TABLE idem_inbox SET (autovacuum_enabled = false)`,
+	conn := setUp(t, d, append(autovacuumOff("idem_jobs", "idem_inbox"),
 		`INSERT INTO idem_jobs (queue, kind, args, state, max_attempts, run_at, created_at, updated_at)
 		SELECT 'q', 'k', '{}', 'available', 3, now(), now(), now() FROM generate_series(1, 20000)`,
 		`INSERT INTO idem_inbox (source, message_id, payload_hash, received_at)
 		SELECT 's', 'm' || g, 'h', now() FROM generate_series(1, 20000) g`,
 		`ANALYZE idem_jobs, idem_inbox`,
 		`UPDATE idem_jobs SET state = 'completed', finalized_at = now() WHERE id % 2 = 0`,
-	)
+	)...)
 	for _, p := range []struct{ name, sql, index string }{
 		{"jobs", pruneJobsSQL, "idem_jobs_finalized"},
 		{"inbox", inboxPruneSQL, "idem_inbox_received"},
@@ -281,10 +276,7 @@ var scanRows = regexp.MustCompile(`on idem_(jobs|inbox|keys)(?: \S+)? \(actual r
 func TestWritesPlannedOnEmptyTablesReadOnlyTheirRows(t *testing.T) {
 	t.Parallel()
 	d := openTest(t)
-	conn := setUp(t, d,
-		`ALTER TABLE idem_jobs SET (autovacuum_enabled = false)`,
-		`ALTER TABLE idem_inbox SET (autovacuum_enabled = false)`,
-		`ALTER TABLE idem_keys SET (autovacuum_enabled = false)`)
+	conn := setUp(t, d, autovacuumOff("idem_jobs", "idem_inbox", "idem_keys")...)
 	ctx := context.Background()
 	if _, err := conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`); err != nil {
 		t.Fatal(err)
@@ -338,10 +330,19 @@ func completedKeys(prefix string) string {
 // delete every row but those matching keep (the last page stays), then
 // VACUUM ANALYZE.
 func nearlyEmpty(table, fill, keep string) []string {
-	return []string{
-		`ALTER TABLE ` + table + ` SET (autovacuum_enabled = false)`,
+	return append(autovacuumOff(table),
 		fill,
-		`DELETE FROM ` + table + ` WHERE NOT (` + keep + `)`,
-		`VACUUM ANALYZE ` + table,
+		`DELETE FROM `+table+` WHERE NOT (`+keep+`)`,
+		`VACUUM ANALYZE `+table)
+}
+
+// autovacuumOff returns the statements that keep autovacuum from
+// analyzing tables (and so from replanning statements on them) during a
+// test.
+func autovacuumOff(tables ...string) []string {
+	var out []string
+	for _, t := range tables {
+		out = append(out, `ALTER TABLE `+t+` SET (autovacuum_enabled = false)`)
 	}
+	return out
 }
