@@ -343,31 +343,33 @@ func (d *Driver) ClaimJobs(ctx context.Context, p driver.ClaimJobsParams) ([]ide
 const expiredJobs = `SELECT id FROM idem_jobs WHERE state = 'running' AND queue = $2 AND lease_until <= ` + clockNow + `
 	ORDER BY lease_until LIMIT $3 FOR UPDATE OF idem_jobs SKIP LOCKED`
 
-// rescueExpired makes the jobs of the CTE expired available again, or
-// dead after their last attempt.
-//
-// It, and each claim's UPDATE, looks up each job its CTE locked by primary
-// key, whatever the statistics say: the join's condition, j.id =
-// ANY(ARRAY[expired.id]), can be an index condition per row of the CTE but
-// not a hash or merge join's, so the plan is a loop over the CTE's rows
-// with one primary-key lookup each. Two other forms read the whole table:
-//   - joined on j.id = expired.id, with statistics that say the table is
-//     nearly empty (taken after a queue was drained and pruned), the plan
-//     scanned the whole primary key and read the CTE once per row (a claim
-//     from a queue of 29,000 jobs took 1.6 s;
-//     TestWritesReadOnlyTheRowsTheyPicked);
-//   - as j.id = ANY(ARRAY(SELECT id FROM expired)), a generic plan made
+// jobByID is the condition that joins idem_jobs j to the rows of a CTE
+// whose column ref holds job ids, for a write that picked (and locked)
+// those jobs first. It looks up each job by primary key, whatever the
+// statistics say: j.id = ANY(ARRAY[ref]) can be an index condition per row
+// of the CTE but not a hash or merge join's, so the plan is a loop over
+// the CTE's rows with one primary-key lookup each. Two other forms read
+// the whole table:
+//   - joined on j.id = ref, with statistics that say the table is nearly
+//     empty (taken after a queue was drained and pruned), the plan scanned
+//     the whole primary key and read the CTE once per row (a claim from a
+//     queue of 29,000 jobs took 1.6 s; TestWritesReadOnlyTheRowsTheyPicked);
+//   - as j.id = ANY(ARRAY(SELECT id FROM the CTE)), a generic plan made
 //     while the table was empty (a new database) scanned the whole table
 //     on every claim until the next analyze: an empty table is planned as
 //     ten pages, cheaper to read than ten index lookups (River's steady
 //     workload: enqueue-to-run p99 8 ms before, 50-70 ms with it;
 //     TestWritesPlannedOnEmptyTablesReadOnlyTheirRows).
+func jobByID(ref string) string { return `j.id = ANY(ARRAY[` + ref + `])` }
+
+// rescueExpired makes the jobs of the CTE expired available again, or
+// dead after their last attempt.
 var rescueExpired = `UPDATE idem_jobs j SET
 		state = CASE WHEN j.attempt < j.max_attempts THEN 'available' ELSE 'dead' END,
 		finalized_at = CASE WHEN j.attempt < j.max_attempts THEN NULL ELSE c.now END,
 		run_at = c.now, lease_until = NULL, updated_at = c.now,
 		errors = ` + appendError(`'lease expired: worker ' || j.worker || ' stopped heartbeating'`) + `
-	FROM c, expired WHERE j.id = ANY(ARRAY[expired.id])`
+	FROM c, expired WHERE ` + jobByID("expired.id")
 
 // claimJobsSQL is ClaimJobs' statement; its arguments are claimArgs.
 var claimJobsSQL = clockCTE + `,
@@ -382,13 +384,13 @@ due AS MATERIALIZED (
 
 // claimDue ends a claim: it makes the jobs of the CTE due running under
 // lease id leaseID, for lease ms, by worker (each a parameter), reading
-// them by primary key (see rescueExpired), and returns them in claim order
-// with the clock.
+// them by primary key (jobByID), and returns them in claim order with the
+// clock.
 func claimDue(leaseID, lease, worker string) string {
 	return `claimed AS (
 	UPDATE idem_jobs j SET state = 'running', attempt = j.attempt + 1, lease_id = ` + leaseID + `,
 		lease_until = c.now + ` + lease + msInterval + `, worker = ` + worker + `, attempted_at = c.now, updated_at = c.now
-	FROM c, due WHERE j.id = ANY(ARRAY[due.id])
+	FROM c, due WHERE ` + jobByID("due.id") + `
 	RETURNING ` + claimCols("j.") + `)
 SELECT ` + claimCols("claimed.") + `, c.now FROM claimed, c ORDER BY claimed.priority, claimed.run_at, claimed.id`
 }
@@ -575,19 +577,18 @@ func fencedEnds(ps []driver.FinishJobParams, held map[driver.JobFence]bool) []bo
 // jobsFenced is jobFenced for a batch: each row of v (see endsCTE) names
 // a claim. Every condition joins j to v, none is j's alone, and none a
 // hash or merge join can use, so the plan is a loop over v with one
-// primary-key lookup per row (see rescueExpired), whatever the
-// statistics say: written with =, and with the state and the clock
-// compared with j's columns alone, a plan made while idem_jobs was empty
-// read the whole table by a sequential scan for each batch (a hash join,
-// or a scan kept in memory across v's rows) until the table's next
-// analyze.
-const jobsFenced = `j.id = ANY(ARRAY[v.id]) AND (j.attempt, j.lease_id, j.state) IS NOT DISTINCT FROM (v.attempt, v.lease_id, v.held) AND j.lease_until > v.now`
+// primary-key lookup per row (jobByID), whatever the statistics say:
+// written with =, and with the state and the clock compared with j's
+// columns alone, a plan made while idem_jobs was empty read the whole
+// table by a sequential scan for each batch (a hash join, or a scan kept
+// in memory across v's rows) until the table's next analyze.
+var jobsFenced = jobByID("v.id") + ` AND (j.attempt, j.lease_id, j.state) IS NOT DISTINCT FROM (v.attempt, v.lease_id, v.held) AND j.lease_until > v.now`
 
 // endsCTE is the CTE v of a batch of ends: the arrays given unnested into
 // rows of the columns given, each row with the state its claim must hold
-// (held) and the clock (now) besides, for jobsFenced.
+// (held, heldJob) and the clock (now) besides, for jobsFenced.
 func endsCTE(arrays, columns string) string {
-	return `, v AS MATERIALIZED (SELECT *, 'running' AS held, ` + clockNow + ` AS now FROM unnest(` + arrays + `) AS v(` + columns + `))`
+	return `, v AS MATERIALIZED (SELECT *, ` + heldJob + ` AS held, ` + clockNow + ` AS now FROM unnest(` + arrays + `) AS v(` + columns + `))`
 }
 
 // completeJobsSQL is queueEnds' statement for plain completions; $2, $3
@@ -702,7 +703,9 @@ func (d *Driver) RequeueJob(ctx context.Context, id int64, attempts int) (idemty
 
 // cancelJobSQL cancels job $2 if it is available or running, returning it,
 // the clock and the state it had. The UPDATE names the job by primary key
-// besides joining the locked row (see rescueExpired).
+// besides joining the locked row: joined alone, with statistics that say
+// the table is nearly empty, it read the whole primary key
+// (TestWritesReadOnlyTheRowsTheyPicked).
 var cancelJobSQL = clockCTE + `, old AS MATERIALIZED (
 	SELECT id, state FROM idem_jobs WHERE id = $2 AND state IN ('available', 'running') FOR UPDATE)
 UPDATE idem_jobs j SET state = 'cancelled', lease_until = NULL, finalized_at = c.now, updated_at = c.now
@@ -780,10 +783,10 @@ func (d *Driver) PruneJobs(ctx context.Context, olderThan time.Duration, limit i
 }
 
 // pruneJobsSQL deletes at most $3 jobs finalized at least $2 ms ago.
-// It looks up by primary key each job it picked (see rescueExpired): as a
+// It looks up by primary key each job it picked (jobByID): as a
 // semi-join, with statistics that say the table is nearly empty, the whole
 // table was read for each batch.
-const pruneJobsSQL = `WITH p AS MATERIALIZED (SELECT id FROM idem_jobs
+var pruneJobsSQL = `WITH p AS MATERIALIZED (SELECT id FROM idem_jobs
 	WHERE state IN ('completed', 'cancelled') AND finalized_at <= ` + clockNow + ` - $2` + msInterval + `
 	ORDER BY finalized_at LIMIT $3 FOR UPDATE OF idem_jobs SKIP LOCKED)
-DELETE FROM idem_jobs j USING p WHERE j.id = ANY(ARRAY[p.id])`
+DELETE FROM idem_jobs j USING p WHERE ` + jobByID("p.id")

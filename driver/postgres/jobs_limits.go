@@ -83,12 +83,12 @@ expired AS MATERIALIZED (` + expiredJobs + `)
 // claimLimitedSQL claims up to $3 due jobs of queue $2 that fit the
 // queue's concurrency limit $7 (per partition when $8), looking at $9 of
 // them (limitScan), for lease id $4, lease $5 ms and worker $6. Like
-// claimJobsSQL it looks up by primary key each job it picked (see
-// rescueExpired): as a semi-join, the pick was read once per due job. It
-// locks the picked jobs and then keeps those still available: with the
-// state in the locking scan's condition, that scan could read the whole
-// partial index of available jobs, once per picked job. The running jobs'
-// count is materialized: inlined, it was counted again for each candidate.
+// claimJobsSQL it looks up by primary key each job it picked (jobByID):
+// as a semi-join, the pick was read once per due job. It locks the picked
+// jobs and then keeps those still available: with the state in the
+// locking scan's condition, that scan could read the whole partial index
+// of available jobs, once per picked job. The running jobs' count is
+// materialized: inlined, it was counted again for each candidate.
 var claimLimitedSQL = clockCTE + `,
 run AS MATERIALIZED (
 	SELECT CASE WHEN $8 THEN coalesce(partition_key, '') ELSE '' END AS part, count(*) AS n
@@ -103,7 +103,7 @@ ranked AS (
 	FROM cand LEFT JOIN run ON run.part = cand.part),
 pick AS MATERIALIZED (SELECT id FROM ranked WHERE pos <= $7 ORDER BY priority, run_at, id LIMIT $3),
 locked AS MATERIALIZED (
-	SELECT j.id, j.state FROM pick, idem_jobs j WHERE j.id = ANY(ARRAY[pick.id])
+	SELECT j.id, j.state FROM pick, idem_jobs j WHERE ` + jobByID("pick.id") + `
 	FOR UPDATE OF j SKIP LOCKED),
 due AS (SELECT id FROM locked WHERE state = 'available'),
 ` + claimDue("$4", "$5", "$6")

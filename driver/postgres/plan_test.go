@@ -203,24 +203,30 @@ func TestWritesReadOnlyTheRowsTheyPicked(t *testing.T) {
 	var setup []string
 	setup = append(setup, nearlyEmpty("idem_jobs", `INSERT INTO idem_jobs (queue, kind, args, state, max_attempts, run_at, created_at, updated_at, finalized_at)
 		SELECT 'q', 'k', '{}', 'completed', 3, now(), now(), now(), now() FROM generate_series(1, 20000)`, "id = (SELECT max(id) FROM idem_jobs)")...)
-	setup = append(setup,
-		`INSERT INTO idem_jobs (queue, kind, args, state, max_attempts, run_at, created_at, updated_at)
-		SELECT 'q', 'k', '{}', 'available', 3, now() - interval '1 minute', now(), now() FROM generate_series(1, 20000)`,
-		`UPDATE idem_jobs SET state = 'running', attempt = 1, lease_id = 3, lease_until = now() - interval '1 second', worker = 'gone'
-		WHERE id % 100 = 0`,
-		`UPDATE idem_jobs SET state = 'completed', finalized_at = now() - interval '2 hours' WHERE id % 100 = 1`)
 	setup = append(setup, nearlyEmpty("idem_inbox", `INSERT INTO idem_inbox (source, message_id, payload_hash, received_at)
 		SELECT 's', 'old' || g, 'h', now() FROM generate_series(1, 20000) g`, "message_id = 'old20000'")...)
-	setup = append(setup, `INSERT INTO idem_inbox (source, message_id, payload_hash, received_at)
-		SELECT 's', 'm' || g, 'h', now() - CASE WHEN g % 100 = 0 THEN interval '2 hours' ELSE interval '0' END
-		FROM generate_series(1, 20000) g`)
 	setup = append(setup, nearlyEmpty("idem_keys", completedKeys("old"), "key = 'old20000'")...)
-	conn := setUp(t, d, append(setup, completedKeys("k"))...)
+	conn := setUp(t, d, append(append(setup, pickedRows...), completedKeys("k"))...)
 	for _, w := range pickedWrites {
 		for _, mode := range []string{"force_generic_plan", "force_custom_plan"} {
 			checkPickedRows(t, w.name+", "+mode, explainBatch(t, conn, mode, w.sql, w.args))
 		}
 	}
+}
+
+// pickedRows are the rows pickedWrites pick from: 20,000 jobs of queue q,
+// due, of which every hundredth is running with an expired lease and
+// every hundredth (plus one) finished two hours ago; 20,000 inbox records,
+// every hundredth received two hours ago.
+var pickedRows = []string{
+	`INSERT INTO idem_jobs (queue, kind, args, state, max_attempts, run_at, created_at, updated_at)
+		SELECT 'q', 'k', '{}', 'available', 3, now() - interval '1 minute', now(), now() FROM generate_series(1, 20000)`,
+	`UPDATE idem_jobs SET state = 'running', attempt = 1, lease_id = 3, lease_until = now() - interval '1 second', worker = 'gone'
+		WHERE id % 100 = 0`,
+	`UPDATE idem_jobs SET state = 'completed', finalized_at = now() - interval '2 hours' WHERE id % 100 = 1`,
+	`INSERT INTO idem_inbox (source, message_id, payload_hash, received_at)
+		SELECT 's', 'm' || g, 'h', now() - CASE WHEN g % 100 = 0 THEN interval '2 hours' ELSE interval '0' END
+		FROM generate_series(1, 20000) g`,
 }
 
 // pickedWrite is a statement that picks and locks rows, then writes them.
@@ -292,19 +298,11 @@ func TestWritesPlannedOnEmptyTablesReadOnlyTheirRows(t *testing.T) {
 			}
 		}
 	}
-	for _, q := range []string{
-		`INSERT INTO idem_jobs (queue, kind, args, state, max_attempts, run_at, created_at, updated_at)
-		SELECT 'q', 'k', '{}', 'available', 3, now() - interval '1 minute', now(), now() FROM generate_series(1, 20000)`,
-		`UPDATE idem_jobs SET state = 'running', attempt = 1, lease_id = 3, lease_until = now() - interval '1 second', worker = 'gone'
-		WHERE id % 100 = 0`,
-		`UPDATE idem_jobs SET state = 'completed', finalized_at = now() - interval '2 hours' WHERE id % 100 = 1`,
+	for _, q := range append(slices.Clone(pickedRows),
 		`UPDATE idem_jobs SET state = 'running', attempt = 1, lease_id = 7, lease_until = now() + interval '1 hour' WHERE id IN (2, 4, 6)`,
-		`INSERT INTO idem_inbox (source, message_id, payload_hash, received_at)
-		SELECT 's', 'm' || g, 'h', now() - CASE WHEN g % 100 = 0 THEN interval '2 hours' ELSE interval '0' END
-		FROM generate_series(1, 20000) g`,
 		completedKeys("k"),
 		`UPDATE idem_keys SET state = 'in_progress', lease_until = now() + interval '1 hour' WHERE key = 'k2'`,
-	} {
+	) {
 		if _, err := conn.Exec(ctx, q); err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
