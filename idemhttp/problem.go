@@ -1,9 +1,11 @@
 package idemhttp
 
 import (
+	"cmp"
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 )
 
 // ProblemBase prefixes the type URI of every problem the middleware and the
@@ -50,8 +52,23 @@ type Problem struct {
 
 // WriteProblem writes p with Content-Type application/problem+json and
 // Cache-Control no-store.
+//
+// The document also carries the problem as two extension members, as an
+// OAuth 2.0 error response has them (RFC 6749, section 5.2): "error", the
+// type's last segment (key-mismatch), and "error_description", the detail
+// (the title when there is none). Clients that tell an error by its body
+// rather than its status see one: Stripe's Node SDK resolves any JSON
+// answer without an "error" member as the object it asked for, whatever
+// the status, so a 422 key-mismatch came back to its caller as a created
+// payment intent. A string, not Stripe's error object: stripe-go retries
+// an error body it cannot read as its own (a 409 request-in-flight, a 503
+// too-busy) and returns one it can read to its caller at once.
 func WriteProblem(w http.ResponseWriter, p Problem) {
-	b, _ := json.Marshal(p)
+	b, _ := json.Marshal(struct {
+		Problem
+		Error            string `json:"error"`
+		ErrorDescription string `json:"error_description"`
+	}{p, p.Type[strings.LastIndexByte(p.Type, '/')+1:], cmp.Or(p.Detail, p.Title)})
 	b = append(b, '\n')
 	h := w.Header()
 	h.Set("Content-Type", "application/problem+json")
