@@ -53,6 +53,51 @@ func TestStalledBodyCutOff(t *testing.T) {
 	}
 }
 
+// A request the gateway refuses before reading its body (a declared
+// length over MaxBody: 413; a malformed key: 400) is answered at once,
+// to a client that sends its body only after a 100 Continue (curl does
+// past 1 MiB) or only after the answer: with the read timeout on, the
+// answer waited for 256 KiB of a body that never came.
+func TestRefusedBeforeTheBodyIsAnsweredAtOnce(t *testing.T) {
+	t.Parallel()
+	l := openLedger(t, "sqlite")
+	up := newUpstream()
+	gw := newGateway(t, l, serveQuiet(t, up).URL, &gateway.Config{ReadTimeout: time.Minute, Options: &idemhttp.Options{MaxBody: 1 << 20}})
+	u, _ := url.Parse(gw)
+	for _, c := range []struct {
+		name, headers string
+		status        int
+	}{
+		{"over MaxBody", "Idempotency-Key: big\r\nContent-Length: 2000000\r\n", http.StatusRequestEntityTooLarge},
+		{"over MaxBody, Expect", "Idempotency-Key: big-expect\r\nContent-Length: 2000000\r\nExpect: 100-continue\r\n", http.StatusRequestEntityTooLarge},
+		{"bad key", "Idempotency-Key: \"open\r\nContent-Length: 500000\r\n", http.StatusBadRequest},
+		{"bad key, Expect", "Idempotency-Key: \"open\r\nContent-Length: 500000\r\nExpect: 100-continue\r\n", http.StatusBadRequest},
+	} {
+		conn, err := net.Dial("tcp", u.Host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Write([]byte("POST /charges HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer x\r\nContent-Type: application/json\r\n" + c.headers + "\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		conn.SetReadDeadline(time.Now().Add(30 * time.Second)) // only so that a broken build fails instead of hanging
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		conn.Close()
+		if err != nil {
+			t.Fatalf("%s: no answer before the body: %v", c.name, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.status || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/problem+json") {
+			t.Errorf("%s: %d %v, want %d problem", c.name, resp.StatusCode, resp.Header, c.status)
+		}
+	}
+	up.mu.Lock()
+	defer up.mu.Unlock()
+	if len(up.seen) != 0 {
+		t.Fatalf("refused requests reached the upstream: %v", up.seen)
+	}
+}
+
 // Past MaxInFlight concurrent guarded requests, another gets 503 too-busy
 // with Retry-After, and nothing is claimed for it.
 func TestMaxInFlight(t *testing.T) {
