@@ -61,11 +61,18 @@ func (r *recorder) Header() http.Header {
 
 // WriteHeader records the status. Informational statuses (103 Early Hints)
 // go to the client at once in lease-bound mode, and are dropped otherwise.
+// An informational status's fields are its own: net/http keeps the header
+// map it wrote them from, so the client's map is put back as it was, and
+// they do not reach the final answer (which the replays would lack).
 func (r *recorder) WriteHeader(code int) {
 	if code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
 		if r.lease && r.passing == "" && r.status == 0 {
-			copyHeader(r.w.Header(), r.h)
+			h := r.w.Header()
+			was := h.Clone()
+			copyHeader(h, r.h)
 			r.w.WriteHeader(code)
+			clear(h)
+			copyHeader(h, was)
 		}
 		return
 	}
