@@ -6,77 +6,16 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/idemdev/idem"
 	"github.com/idemdev/idem/admin"
 	"github.com/idemdev/idem/idemtype"
+	"github.com/idemdev/idem/internal/browsertest"
 	"github.com/idemdev/idem/jobs"
 )
-
-const chromiumPath = "/usr/bin/chromium"
-
-// browser starts a fresh headless Chromium for one test and returns its
-// context. It skips the test when Chromium is missing, unless
-// IDEM_REQUIRE_BROWSER=1. Any JavaScript dialog (an alert smuggled in
-// through a key) fails the test.
-func browser(t *testing.T) context.Context {
-	t.Helper()
-	if _, err := os.Stat(chromiumPath); err != nil {
-		if os.Getenv("IDEM_REQUIRE_BROWSER") == "1" {
-			t.Fatalf("%s not found and IDEM_REQUIRE_BROWSER=1: %v", chromiumPath, err)
-		}
-		t.Skipf("%s not found (apt-get install chromium); skipping the browser test (IDEM_REQUIRE_BROWSER=1 fails instead)", chromiumPath)
-	}
-	var mu sync.Mutex
-	var opened []string
-	t.Cleanup(func() { // runs last, after the browser is gone
-		mu.Lock()
-		defer mu.Unlock()
-		for _, m := range opened {
-			t.Errorf("a JavaScript dialog opened: %q", m)
-		}
-	})
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromiumPath),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1280, 1600),
-	)
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	t.Cleanup(cancel)
-	ctx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	t.Cleanup(cancelAlloc)
-	ctx, cancelTab := chromedp.NewContext(ctx)
-	t.Cleanup(cancelTab)
-	if err := chromedp.Do(ctx); err != nil { // start the browser now, to fail early
-		t.Fatalf("starting %s: %v", chromiumPath, err)
-	}
-	dialogs := chromedp.Events(ctx, page.JavascriptDialogOpening)
-	go func() {
-		for ev, err := range dialogs {
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			opened = append(opened, ev.Message)
-			mu.Unlock()
-			chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: false})
-		}
-	}()
-	return ctx
-}
 
 // screenshot saves the page to $IDEM_ADMIN_SCREENSHOT_DIR, when set, for a
 // human to look at.
@@ -94,7 +33,7 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 }
 
 func TestBrowserShowsThePageAndReconciles(t *testing.T) {
-	ctx := browser(t)
+	ctx := browsertest.Browser(t)
 	f := seed(t)
 	srv := serve(t, f, &admin.Options{Write: true})
 
@@ -169,7 +108,7 @@ func TestBrowserShowsThePageAndReconciles(t *testing.T) {
 }
 
 func TestBrowserLogsInWithTheToken(t *testing.T) {
-	ctx := browser(t)
+	ctx := browsertest.Browser(t)
 	f := seed(t)
 	const token = "browser-token-0123456789"
 	srv := serve(t, f, &admin.Options{Token: token})
@@ -211,7 +150,7 @@ func TestBrowserLogsInWithTheToken(t *testing.T) {
 // TestBrowserResolvesAParkedStep: the runs section shows a parked run's
 // steps; its started step is resolved through its form and the review.
 func TestBrowserResolvesAParkedStep(t *testing.T) {
-	ctx := browser(t)
+	ctx := browsertest.Browser(t)
 	f := seed(t)
 	seedRuns(t, f.l)
 	srv := serve(t, f, &admin.Options{Write: true})
@@ -265,7 +204,7 @@ func TestBrowserResolvesAParkedStep(t *testing.T) {
 // refreshes itself through a meta tag (no script) that the refresh links
 // turn off.
 func TestBrowserShowsDatabaseTotalsQueuesAndRefresh(t *testing.T) {
-	ctx := browser(t)
+	ctx := browsertest.Browser(t)
 	bg := context.Background()
 	u := "sqlite:" + filepath.Join(t.TempDir(), "idem.db")
 	a, b := openGateway(t, u), openGateway(t, u)

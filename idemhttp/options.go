@@ -40,8 +40,12 @@ var DefaultMethods = []string{http.MethodPost, http.MethodPatch}
 var DefaultReleaseStatus = []int{http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests}
 
 // DefaultAllowHeaders are the response headers stored and replayed besides
-// the ones in Options.AllowHeaders.
-var DefaultAllowHeaders = []string{"Content-Type", "Location", "Content-Location", "ETag", "Last-Modified", "Link"}
+// the ones in Options.AllowHeaders. The CORS fields are among them: without
+// the first answer's Access-Control-Allow-Origin a browser refuses its
+// page the replay, and a double submit's second fetch fails as if the
+// network had.
+var DefaultAllowHeaders = []string{"Content-Type", "Location", "Content-Location", "ETag", "Last-Modified", "Link",
+	"Access-Control-Allow-Origin", "Access-Control-Allow-Credentials", "Access-Control-Expose-Headers"}
 
 // neverStored are response headers that carry credentials or describe the
 // connection; they are never stored, whatever AllowHeaders says.

@@ -196,6 +196,12 @@ func writeReplay(w http.ResponseWriter, r *http.Request, res idem.Result) {
 	}
 	h.Set("Idempotent-Replayed", "true")
 	h.Set("Cache-Control", "no-store")
+	if h.Get("Access-Control-Allow-Origin") != "" {
+		// A page may read the fields a CORS answer exposes, and no other:
+		// Idempotent-Replayed is exposed too (a new slice: the stored one
+		// is the record's).
+		h["Access-Control-Expose-Headers"] = append(slices.Clip(h["Access-Control-Expose-Headers"]), "Idempotent-Replayed")
+	}
 	status := res.Status
 	if status == 0 {
 		status = http.StatusOK
