@@ -216,7 +216,8 @@ func (p passHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) { p.f.For
 // there would cancel the request as if it had.
 type deadlineBody struct {
 	io.ReadCloser
-	clear func()
+	rc      http.ResponseController
+	cleared atomic.Bool
 }
 
 func (b *deadlineBody) Read(p []byte) (int, error) {
@@ -232,22 +233,37 @@ func (b *deadlineBody) Close() error {
 	return b.ReadCloser.Close()
 }
 
+func (b *deadlineBody) clear() {
+	if b.cleared.CompareAndSwap(false, true) {
+		b.rc.SetReadDeadline(time.Time{})
+	}
+}
+
+// timedRequest is a copy of a request whose body is a deadlineBody, both
+// in one allocation.
+//
+// The body goes on a copy, not on the request net/http handed over.
+// Before it writes an answer, net/http looks at that request's body: one
+// of its own with much left unread (a 413 for a declared length over the
+// limit, a 400 for a bad key, each answered before reading) ends the
+// connection after the answer; one of another type it first reads 256 KiB
+// of. A client that sends its body only after a 100 Continue (curl past
+// 1 MiB) or after the answer got no answer until it gave up waiting.
+type timedRequest struct {
+	req  http.Request
+	body deadlineBody
+}
+
 // ServeHTTP guards r and forwards it: idemhttp's middleware in front of
 // the forwarder, with the whole request read under the read timeout.
-//
-// The wrapped body goes on a copy of r. Before it writes an answer,
-// net/http looks at the body of the request it handed over: one of its
-// own with much left unread (a 413 for a declared length over the limit,
-// a 400 for a bad key, each answered before reading) ends the connection
-// after the answer; one of another type it first reads 256 KiB of. A
-// client that sends its body only after a 100 Continue (curl past 1 MiB)
-// or after the answer got no answer until it gave up waiting.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if g.readTimeout > 0 && r.Body != nil && r.Body != http.NoBody {
 		rc := http.NewResponseController(w)
 		if rc.SetReadDeadline(time.Now().Add(g.readTimeout)) == nil {
-			r = r.WithContext(r.Context())
-			r.Body = &deadlineBody{ReadCloser: r.Body, clear: sync.OnceFunc(func() { rc.SetReadDeadline(time.Time{}) })}
+			t := &timedRequest{req: *r}
+			t.body.ReadCloser, t.body.rc = r.Body, *rc
+			t.req.Body = &t.body
+			r = &t.req
 		}
 	}
 	(*g.handler.Load()).ServeHTTP(w, r)

@@ -122,11 +122,11 @@ test('a retry after completion gets the stored answer', async () => {
 });
 
 test("the SDK's own key carries its retries of a 503 that did nothing", async () => {
-  const before = upstream.total;
+  const total0 = upstream.total;
   upstream.fail = 2;
   const pi = await create(client(), { amount: 2000 });
   assert.equal(pi.amount, 2000);
-  assert.equal(upstream.total - before, 1, 'one effect');
+  assert.equal(upstream.total - total0, 1, 'one effect');
   const keys = [...upstream.effects.keys()].filter((k) => k.startsWith('stripe-node-retry-'));
   assert.equal(keys.length, 1, `the SDK made one key for the call and its retries: ${keys}`);
   assert.equal(upstream.effectsOf(keys[0]), 1);

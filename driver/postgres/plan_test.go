@@ -42,13 +42,17 @@ func TestFencedWritesReadByPrimaryKey(t *testing.T) {
 }
 
 // fencedWrites are a holder's writes, with arguments naming jobs 2, 4 and
-// 6 and key k2 of scope s, held with attempt 1 and lease id 7.
-var fencedWrites = []struct{ name, sql, args, table string }{
-	{"complete jobs", completeJobsSQL, `NULL, '{2,4,6}', '{1,1,1}', '{7,7,7}'`, "idem_jobs"},
-	{"finish jobs", finishJobsSQL, `NULL, '{2,4}', '{1,1}', '{7,7}', '{available,dead}', '{1000,0}', '{NULL,NULL}', '{e,e}', '{false,false}'`, "idem_jobs"},
-	{"heartbeat job", heartbeatJobSQL, `NULL, 2, 1, 7, 30000`, "idem_jobs"},
-	{"finish key", finishQuery, `NULL, 's', 'k2', 1, 7, 'succeeded', 200, NULL, NULL`, "idem_keys"},
-	{"heartbeat key", heartbeatSQL, `NULL, 's', 'k2', 1, 7, 30000`, "idem_keys"},
+// 6 and key k2 of scope s, held with attempt 1 and lease id 7, and the
+// table each writes.
+var fencedWrites = []struct {
+	pickedWrite
+	table string
+}{
+	{pickedWrite{"complete jobs", completeJobsSQL, `NULL, '{2,4,6}', '{1,1,1}', '{7,7,7}'`}, "idem_jobs"},
+	{pickedWrite{"finish jobs", finishJobsSQL, `NULL, '{2,4}', '{1,1}', '{7,7}', '{available,dead}', '{1000,0}', '{NULL,NULL}', '{e,e}', '{false,false}'`}, "idem_jobs"},
+	{pickedWrite{"heartbeat job", heartbeatJobSQL, `NULL, 2, 1, 7, 30000`}, "idem_jobs"},
+	{pickedWrite{"finish key", finishQuery, `NULL, 's', 'k2', 1, 7, 'succeeded', 200, NULL, NULL`}, "idem_keys"},
+	{pickedWrite{"heartbeat key", heartbeatSQL, `NULL, 's', 'k2', 1, 7, 30000`}, "idem_keys"},
 }
 
 // planOf runs the statements before, then explain, whose lines it returns,
@@ -229,7 +233,8 @@ var pickedRows = []string{
 		FROM generate_series(1, 20000) g`,
 }
 
-// pickedWrite is a statement that picks and locks rows, then writes them.
+// pickedWrite is a statement that picks and locks rows (or names them),
+// then writes them, with the arguments of one batch.
 type pickedWrite struct{ name, sql, args string }
 
 // pickedWrites are the statements TestWritesReadOnlyTheRowsTheyPicked and
@@ -289,7 +294,7 @@ func TestWritesPlannedOnEmptyTablesReadOnlyTheirRows(t *testing.T) {
 	}
 	writes := slices.DeleteFunc(slices.Clone(pickedWrites), func(w pickedWrite) bool { return w.name == "inbox prune" })
 	for _, w := range fencedWrites {
-		writes = append(writes, pickedWrite{w.name, w.sql, w.args})
+		writes = append(writes, w.pickedWrite)
 	}
 	for i, w := range writes {
 		for _, q := range []string{`PREPARE w` + strconv.Itoa(i) + ` AS ` + w.sql, `BEGIN`, `EXECUTE w` + strconv.Itoa(i) + `(` + w.args + `)`, `ROLLBACK`} {
