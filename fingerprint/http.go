@@ -36,6 +36,12 @@ type Request struct {
 	// MediaType is FormMediaType, HTTPInput parses Body itself; set Form
 	// to treat a body with another media type as a form.
 	Form url.Values
+	// Coding is the content coding Body is still in (its Content-Encoding,
+	// lower case, codings separated by ", "), when the caller could not
+	// remove it; "" for a body as its media type says. The caller decodes
+	// the codings it can: a request sent compressed is then the same
+	// request as one sent plain. A body still in a coding is only bytes.
+	Coding string
 }
 
 // HTTPInput returns the text whose SHA-256 is the fingerprint of r:
@@ -48,7 +54,9 @@ type Request struct {
 // "form-sha256:" and the hex SHA-256 of a form body with its fields sorted
 // and the fields named by top-level pointers ("/name") left out; and Bytes
 // of any other body. A body whose media type is JSON but which is not JSON
-// is an error.
+// is an error. A body still in a content coding (Request.Coding) is
+// "coded " followed by the coding, a space and Bytes of the body, whatever
+// its media type.
 //
 // exclude holds RFC 6901 JSON Pointers, as for Exclude; an invalid one is
 // an error wrapping ErrInvalidPointer. The format is versioned
@@ -138,6 +146,10 @@ func (h *HTTPHasher) appendInput(dst []byte, r Request) ([]byte, error) {
 func (h *HTTPHasher) appendBody(dst []byte, r Request) ([]byte, error) {
 	if len(r.Body) == 0 {
 		return append(dst, "empty"...), nil
+	}
+	if r.Coding != "" {
+		dst = append(append(append(dst, "coded "...), r.Coding...), ' ')
+		return appendFormat(dst, RawScheme, sha256.Sum256(r.Body)), nil
 	}
 	mt := r.MediaType
 	if mt == "application/json" || strings.HasSuffix(mt, "+json") {

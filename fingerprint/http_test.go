@@ -32,6 +32,8 @@ func TestHTTP(t *testing.T) {
 		{"form given", Request{Method: "POST", Path: "/charges", RawQuery: "x=1", MediaType: "text/plain", Body: []byte("b=2&a=1"), Form: url.Values{"a": {"1"}, "b": {"2"}}}, nil, formFP},
 		{"bad form is bytes", Request{Method: "POST", Path: "/charges", RawQuery: "x=1", MediaType: FormMediaType, Body: []byte("a=%zz")}, nil, Bytes([]byte("a=%zz"))},
 		{"bytes", Request{Method: "POST", Path: "/charges", RawQuery: "x=1", MediaType: "text/plain", Body: []byte("b=2&a=1")}, nil, Bytes([]byte("b=2&a=1"))},
+		{"coded json is bytes", Request{Method: "POST", Path: "/charges", RawQuery: "x=1", MediaType: "application/json", Body: []byte(`{"amount":100}`), Coding: "aes128gcm"}, nil, "coded aes128gcm " + Bytes([]byte(`{"amount":100}`))},
+		{"coded empty", Request{Method: "POST", Path: "/charges", RawQuery: "x=1", Coding: "aes128gcm"}, nil, "empty"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

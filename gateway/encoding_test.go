@@ -3,10 +3,14 @@ package gateway_test
 import (
 	"compress/gzip"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/idemdev/idem"
@@ -144,5 +148,109 @@ for _ in range(2):
 	}
 	if !ran {
 		t.Skip("none of python3 with requests, node or curl on PATH")
+	}
+}
+
+// Real clients that compress what they upload: Python requests and Node
+// fetch send a gzip body (each gzip made anew, so the bytes differ), curl
+// a file it was given compressed. The upstream, which decodes gzip bodies,
+// gets each body as it was sent and charges once; every client gets the
+// first answer. Skipped where none of them is installed.
+func TestCompressedUploadRealClients(t *testing.T) {
+	t.Parallel()
+	l := openLedger(t, "sqlite")
+	up := newUpstream()
+	var mu sync.Mutex
+	var charges int
+	up.handle = func(w http.ResponseWriter, r *http.Request) {
+		var body io.Reader = r.Body
+		if r.Header.Get("Content-Encoding") == "gzip" {
+			zr, err := gzip.NewReader(r.Body)
+			if err != nil {
+				http.Error(w, "not gzip: "+err.Error(), http.StatusBadRequest)
+				return
+			}
+			body = zr
+		}
+		var in struct{ Amount int }
+		if err := json.NewDecoder(body).Decode(&in); err != nil || in.Amount != 1000 {
+			http.Error(w, fmt.Sprintf("bad body: %v %+v", err, in), http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		charges++
+		n := charges
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"id":"ch_%d","amount":1000}`, n)
+	}
+	gw := newGateway(t, l, serveQuiet(t, up).URL, nil) + "/charges"
+	var answers []string
+	ran := false
+	if py, err := exec.LookPath("python3"); err == nil && exec.Command(py, "-c", "import requests").Run() == nil {
+		ran = true
+		script := `import gzip, json, sys, requests
+for mtime in (1, 2):
+    body = gzip.compress(json.dumps({"amount": 1000, "currency": "eur"}).encode(), mtime=mtime)
+    r = requests.post(sys.argv[1], data=body, headers={"Idempotency-Key": "upload-1", "Authorization": "Bearer real",
+        "Content-Type": "application/json", "Content-Encoding": "gzip"})
+    print(r.status_code, r.headers.get("Idempotent-Replayed", "-"), r.text)
+`
+		out, err := exec.Command(py, "-c", script, gw).CombinedOutput()
+		if err != nil {
+			t.Fatalf("python requests: %v\n%s", err, out)
+		}
+		answers = append(answers, strings.Split(strings.TrimSpace(string(out)), "\n")...)
+	}
+	if node, err := exec.LookPath("node"); err == nil {
+		ran = true
+		script := `const zlib = require("node:zlib");
+(async () => {
+  for (const body of [zlib.gzipSync('{"currency":"eur","amount":1000}', {level: 1}), zlib.gzipSync('{"amount": 1000, "currency": "eur"}')]) {
+    const r = await fetch(process.argv[1], {method: "POST", body,
+      headers: {"Content-Type": "application/json", "Content-Encoding": "gzip", "Idempotency-Key": "upload-1", "Authorization": "Bearer real"}});
+    console.log(r.status, r.headers.get("idempotent-replayed") || "-", await r.text());
+  }
+})().catch(e => { console.error(e); process.exit(1); });`
+		out, err := exec.Command(node, "-e", script, gw).CombinedOutput()
+		if err != nil {
+			t.Fatalf("node fetch: %v\n%s", err, out)
+		}
+		answers = append(answers, strings.Split(strings.TrimSpace(string(out)), "\n")...)
+	}
+	if curl, err := exec.LookPath("curl"); err == nil {
+		ran = true
+		file := filepath.Join(t.TempDir(), "body.json.gz")
+		var b strings.Builder
+		zw := gzip.NewWriter(&b)
+		io.WriteString(zw, `{"amount":1000,"currency":"eur"}`)
+		zw.Close()
+		if err := os.WriteFile(file, []byte(b.String()), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(curl, "-sS", "-X", "POST", gw, "-H", "Idempotency-Key: upload-1", "-H", "Authorization: Bearer real",
+			"-H", "Content-Type: application/json", "-H", "Content-Encoding: gzip", "--data-binary", "@"+file,
+			"-w", "\n%{http_code}").CombinedOutput()
+		if err != nil {
+			t.Fatalf("curl: %v\n%s", err, out)
+		}
+		body, code, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+		answers = append(answers, code+" curl "+body)
+	}
+	if !ran {
+		t.Skip("none of python3 with requests, node or curl on PATH")
+	}
+	want := `{"id":"ch_1","amount":1000}`
+	for i, a := range answers {
+		f := strings.SplitN(a, " ", 3)
+		if len(f) != 3 || f[0] != "201" || f[2] != want || (i > 0 && f[1] == "-") {
+			t.Errorf("answer %d: %q, want 201 %s (a replay after the first)", i, a, want)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if charges != 1 {
+		t.Fatalf("%d charges, want 1", charges)
 	}
 }

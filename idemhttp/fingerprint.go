@@ -65,11 +65,12 @@ func lowerToken(s string) bool {
 const formType = fingerprint.FormMediaType
 
 // requestFingerprint hashes what makes r the request it is: method, path,
-// query and body (form is the body parsed as a form, or nil).
-func (c *config) requestFingerprint(r *http.Request, body []byte, mt string, form url.Values) (string, error) {
+// query and body (form is the body parsed as a form, or nil; coding the
+// content coding the body is still in, or "").
+func (c *config) requestFingerprint(r *http.Request, body []byte, coding, mt string, form url.Values) (string, error) {
 	fp, err := c.fingerprint.Sum(fingerprint.Request{
 		Method: r.Method, Path: r.URL.EscapedPath(), RawQuery: r.URL.RawQuery,
-		MediaType: mt, Body: body, Form: form,
+		MediaType: mt, Body: body, Form: form, Coding: coding,
 	})
 	if err != nil {
 		return "", fmt.Errorf("%w: %v", errBadBody, err)

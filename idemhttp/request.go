@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strings"
 
 	"github.com/idemdev/idem"
 	"github.com/idemdev/idem/internal/printable"
@@ -52,10 +53,31 @@ func (c *config) prepare(r *http.Request, secret func() ([]byte, error), into *p
 	if prob != nil {
 		return nil, prob
 	}
+	// The body as sent, for the handler; its content, for the fingerprint
+	// and a key in it (see requestCoding).
+	content, coding := body, ""
+	if cs := requestCoding(r.Header); len(cs) > 0 {
+		plain, ok, err := decodeRequest(cs, body, c.maxBody)
+		switch {
+		case errors.Is(err, errDecodedTooLarge):
+			return nil, &Problem{Type: ProblemBodyTooLarge, Title: "Request body too large", Status: http.StatusRequestEntityTooLarge,
+				Detail: fmt.Sprintf("The body decodes to more than %d bytes; nothing was done.", c.maxBody)}
+		case err != nil:
+			return nil, &Problem{Type: ProblemBodyInvalid, Title: "Malformed request body", Status: http.StatusBadRequest, Detail: err.Error() + "; nothing was done."}
+		case ok:
+			content = plain
+		case c.key.needsBody():
+			return nil, &Problem{Type: ProblemBodyEncoding, Title: "Unsupported request body encoding", Status: http.StatusUnsupportedMediaType,
+				Detail:         fmt.Sprintf("The key is read from %s, but the body's Content-Encoding (%s) is not one this server decodes; nothing was done.", c.key, strings.Join(cs, ", ")),
+				AcceptEncoding: RequestCodings}
+		default:
+			coding = strings.Join(cs, ", ")
+		}
+	}
 	mt := mediaType(r)
 	var form url.Values
 	if mt == formType || c.key.kind == keyForm {
-		f, err := url.ParseQuery(string(body))
+		f, err := url.ParseQuery(string(content))
 		if err != nil && c.key.kind == keyForm {
 			return nil, &Problem{Type: ProblemBodyInvalid, Title: "Malformed form body", Status: http.StatusBadRequest,
 				Detail: fmt.Sprintf("The key is read from %s, but the body is not a form: %v.", c.key, err)}
@@ -65,7 +87,7 @@ func (c *config) prepare(r *http.Request, secret func() ([]byte, error), into *p
 		}
 	}
 	if c.key.needsBody() {
-		k, err := c.key.fromBody(body, form)
+		k, err := c.key.fromBody(content, form)
 		switch {
 		case errors.Is(err, errNoKey):
 			return nil, c.missingKey()
@@ -99,7 +121,7 @@ func (c *config) prepare(r *http.Request, secret func() ([]byte, error), into *p
 	if err := checkScope(scope); err != nil {
 		return nil, &Problem{Type: ProblemScopeInvalid, Title: "Invalid scope", Status: http.StatusBadRequest, Detail: err.Error()}
 	}
-	fp, err := c.requestFingerprint(r, body, mt, form)
+	fp, err := c.requestFingerprint(r, content, coding, mt, form)
 	if err != nil {
 		return nil, &Problem{Type: ProblemBodyInvalid, Title: "Malformed request body", Status: http.StatusBadRequest, Detail: err.Error()}
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -42,24 +43,38 @@ func TestFingerprintHTTPMatchesMiddleware(t *testing.T) {
 	}
 	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) }))
 
-	type request struct{ method, target, contentType, body string }
+	// coding "gzip" sends the body compressed; the command is given it
+	// decoded, as the docs say (gunzip < body.gz | idem fingerprint --http).
+	type request struct{ method, target, contentType, body, coding string }
 	tests := []struct {
 		name          string
 		first, second request
 	}{
-		{"json body and query", request{"POST", "/charges?x=1&b=2", "application/json", `{"amount": 100, "sent_at": "now"}`}, request{"POST", "/charges?x=1&b=2", "application/json", `{"amount":101}`}},
-		{"other path", request{"POST", "/charges/a%2Fb", "application/json; charset=utf-8", `{"amount":100}`}, request{"POST", "/refunds", "application/json", `{"amount":100}`}},
-		{"big account numbers", request{"POST", "/payouts", "application/json", `{"to_account":9007199254740993}`}, request{"POST", "/payouts", "application/json", `{"to_account":9007199254740992}`}},
-		{"form body", request{"POST", "/forms", "application/x-www-form-urlencoded", "b=2&a=1&sent_at=x"}, request{"POST", "/forms", "application/x-www-form-urlencoded", "a=1&b=3"}},
-		{"json as form, as curl -d sends", request{"POST", "/curl", "application/x-www-form-urlencoded", `{"a":1}`}, request{"POST", "/curl", "application/x-www-form-urlencoded", `{"a":2}`}},
-		{"text body", request{"PUT", "/text", "text/plain", "hello"}, request{"PUT", "/text", "text/plain", "hello!"}},
-		{"empty body", request{"DELETE", "/things/1", "", ""}, request{"DELETE", "/things/2", "", ""}},
+		{"json body and query", request{"POST", "/charges?x=1&b=2", "application/json", `{"amount": 100, "sent_at": "now"}`, ""}, request{"POST", "/charges?x=1&b=2", "application/json", `{"amount":101}`, ""}},
+		{"other path", request{"POST", "/charges/a%2Fb", "application/json; charset=utf-8", `{"amount":100}`, ""}, request{"POST", "/refunds", "application/json", `{"amount":100}`, ""}},
+		{"big account numbers", request{"POST", "/payouts", "application/json", `{"to_account":9007199254740993}`, ""}, request{"POST", "/payouts", "application/json", `{"to_account":9007199254740992}`, ""}},
+		{"form body", request{"POST", "/forms", "application/x-www-form-urlencoded", "b=2&a=1&sent_at=x", ""}, request{"POST", "/forms", "application/x-www-form-urlencoded", "a=1&b=3", ""}},
+		{"json as form, as curl -d sends", request{"POST", "/curl", "application/x-www-form-urlencoded", `{"a":1}`, ""}, request{"POST", "/curl", "application/x-www-form-urlencoded", `{"a":2}`, ""}},
+		{"text body", request{"PUT", "/text", "text/plain", "hello", ""}, request{"PUT", "/text", "text/plain", "hello!", ""}},
+		{"empty body", request{"DELETE", "/things/1", "", "", ""}, request{"DELETE", "/things/2", "", "", ""}},
+		{"gzip body", request{"POST", "/uploads", "application/json", `{"amount":100}`, "gzip"}, request{"POST", "/uploads", "application/json", `{"amount":100,"x":1}`, "gzip"}},
 	}
 	for i, tt := range tests {
 		key := fmt.Sprintf("key-%d", i)
 		send := func(rq request) int {
-			r := httptest.NewRequest(rq.method, rq.target, strings.NewReader(rq.body))
+			body := rq.body
+			if rq.coding == "gzip" {
+				var b bytes.Buffer
+				zw := gzip.NewWriter(&b)
+				zw.Write([]byte(body))
+				zw.Close()
+				body = b.String()
+			}
+			r := httptest.NewRequest(rq.method, rq.target, strings.NewReader(body))
 			r.Header.Set("Idempotency-Key", key)
+			if rq.coding != "" {
+				r.Header.Set("Content-Encoding", rq.coding)
+			}
 			if rq.contentType != "" {
 				r.Header.Set("Content-Type", rq.contentType)
 			}

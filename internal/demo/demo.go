@@ -3,10 +3,13 @@
 package demo
 
 import (
+	"compress/gzip"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -66,7 +69,22 @@ func (d *API) charge(w http.ResponseWriter, r *http.Request) {
 		Amount   int64  `json:"amount"`
 		Currency string `json:"currency"`
 	}
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&in); err != nil || in.Amount <= 0 {
+	var body io.Reader = http.MaxBytesReader(w, r.Body, 1<<20)
+	switch strings.ToLower(r.Header.Get("Content-Encoding")) {
+	case "", "identity":
+	case "gzip", "x-gzip": // as clients that compress their uploads send
+		zr, err := gzip.NewReader(body)
+		if err != nil {
+			demoJSON(w, http.StatusBadRequest, map[string]string{"error": "Content-Encoding gzip, but the body is not gzip"})
+			return
+		}
+		body = io.LimitReader(zr, 1<<20)
+	default:
+		w.Header().Set("Accept-Encoding", "gzip")
+		demoJSON(w, http.StatusUnsupportedMediaType, map[string]string{"error": "send the body plain or gzip"})
+		return
+	}
+	if err := json.NewDecoder(body).Decode(&in); err != nil || in.Amount <= 0 {
 		demoJSON(w, http.StatusBadRequest, map[string]string{"error": `want a JSON body like {"amount": 1000, "currency": "eur"}`})
 		return
 	}
