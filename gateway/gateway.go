@@ -26,6 +26,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/http/httputil"
+	"net/netip"
 	"net/url"
 	"sync"
 	"sync/atomic"
@@ -72,6 +73,16 @@ type Config struct {
 	// Routes, when set, give routes policies of their own (see Route);
 	// requests no route matches get Options.
 	Routes []Route
+	// TrustedProxies are the addresses of the proxies in front of the
+	// gateway (a load balancer, a TLS terminator). A request from one of
+	// them keeps its X-Forwarded-For, with the proxy's address appended,
+	// and its X-Forwarded-Host, X-Forwarded-Proto and Forwarded go to the
+	// upstream as the proxy set them (https, the public host). From any
+	// other peer, every peer by default, the gateway sets X-Forwarded-For
+	// to the peer's address and -Host and -Proto to what it saw, and
+	// drops Forwarded, so that a client cannot tell the upstream it came
+	// from elsewhere.
+	TrustedProxies []netip.Prefix
 }
 
 // Route is a policy for the requests one net/http ServeMux pattern
@@ -123,7 +134,18 @@ func New(l *idem.Ledger, cfg *Config) (*Gateway, error) {
 	f.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(upstream)
+			trusted := trusts(c.TrustedProxies, pr.In.RemoteAddr)
+			if trusted {
+				pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"] // appended to
+			}
 			pr.SetXForwarded()
+			if trusted {
+				for _, h := range [...]string{"X-Forwarded-Host", "X-Forwarded-Proto", "Forwarded"} {
+					if v := pr.In.Header[h]; v != nil {
+						pr.Out.Header[h] = v
+					}
+				}
+			}
 			if callFrom(pr.In.Context()) != nil {
 				// A guarded answer is stored and replayed to clients that
 				// may not accept the coding the first one did: the
@@ -142,6 +164,25 @@ func New(l *idem.Ledger, cfg *Config) (*Gateway, error) {
 		return nil, err
 	}
 	return g, nil
+}
+
+// trusts reports whether remoteAddr (an http.Request's, ip:port) is in
+// one of proxies.
+func trusts(proxies []netip.Prefix, remoteAddr string) bool {
+	if len(proxies) == 0 {
+		return false
+	}
+	ap, err := netip.ParseAddrPort(remoteAddr)
+	if err != nil {
+		return false
+	}
+	ip := ap.Addr().Unmap()
+	for _, p := range proxies {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
 }
 
 // SetRoutes replaces the gateway's policies: defaults for requests no

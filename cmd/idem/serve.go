@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/signal"
@@ -71,6 +72,8 @@ type serveConfig struct {
 	idemOpts                      idemhttp.Options
 	ledgerOpts                    idem.Options
 	upstreamURL                   *url.URL
+	trustedProxies                string // --trusted-proxies
+	trusted                       []netip.Prefix
 }
 
 func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
@@ -107,6 +110,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.Var(&c.memoryLimit, "memory-limit", "soft limit on the memory Go manages (`size`; GOMEMLIMIT's semantics): the collector runs more often as it nears it, rather than letting the heap grow to twice what is live, at some CPU cost; it is not a cap (SQLite's cache, the program's code and what is live stay). Off by default; GOMEMLIMIT still applies")
 	fs.IntVar(&c.maxInFlight, "max-inflight", 256, "most guarded requests handled at once (each may hold --max-body); past it 503 too-busy with Retry-After")
 	fs.DurationVar(&c.drain, "drain-timeout", 30*time.Second, "on SIGTERM, how long to let in-flight requests finish")
+	fs.StringVar(&c.trustedProxies, "trusted-proxies", "", "comma-separated `addresses` (IPs or CIDRs, e.g. 10.0.0.0/8) of the load balancers in front of the gateway: from them X-Forwarded-For is appended to and X-Forwarded-Host, -Proto and Forwarded are passed on; from any other peer the gateway sets them itself")
 	fs.StringVar(&c.configFile, "config", "", "YAML `file` of per-route policies (docs/http.md#per-route-policies); the flags are the defaults routes inherit; SIGHUP reloads it")
 	fs.BoolVar(&c.checkOnly, "check", false, "check the flags and --config file, then exit: 0 if valid, 2 if not (--upstream not needed)")
 	c.log = addLogFlags(fs, "info")
@@ -205,6 +209,11 @@ func (c *serveConfig) check() []error {
 		if c.adminWrite {
 			bad("admin-write", "needs --admin (the address of the admin page it enables writes on)")
 		}
+	}
+	if trusted, err := parseProxies(c.trustedProxies); err != nil {
+		bad("trusted-proxies", "%v", err)
+	} else {
+		c.trusted = trusted
 	}
 	if open, u, err := openURL(c.db); err != nil {
 		errs = append(errs, err) // says --db, never the password
@@ -454,7 +463,7 @@ func (c *serveConfig) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr 
 	}
 
 	gw, err := gateway.New(l, &gateway.Config{Upstream: c.upstreamURL, Options: &c.idemOpts, Timeout: c.timeout, ReadTimeout: c.readTimeout,
-		Logger: log, AddedLatency: m.GatewayAdded, Routes: c.routes})
+		Logger: log, AddedLatency: m.GatewayAdded, Routes: c.routes, TrustedProxies: c.trusted})
 	if err != nil {
 		fmt.Fprintf(stderr, "idem serve: %v\n", err)
 		return 2
@@ -632,4 +641,27 @@ func (b *byteSize) Set(s string) error {
 	}
 	*b = byteSize(n * mult)
 	return nil
+}
+
+// parseProxies parses --trusted-proxies: IP addresses and CIDR prefixes,
+// comma-separated.
+func parseProxies(list string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for item := range strings.SplitSeq(list, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		if p, err := netip.ParsePrefix(item); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		ip, err := netip.ParseAddr(item)
+		if err != nil {
+			return nil, fmt.Errorf("%q is neither an IP address nor a CIDR prefix such as 10.0.0.0/8", item)
+		}
+		ip = ip.Unmap()
+		out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
+	}
+	return out, nil
 }

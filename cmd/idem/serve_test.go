@@ -463,3 +463,33 @@ func TestServeMemoryLimit(t *testing.T) {
 		t.Errorf("1GiB for 100 × 2 MiB in flight: warned:\n%s", out)
 	}
 }
+
+// --trusted-proxies: behind a load balancer on a trusted address the
+// upstream gets the client's address and https as the balancer set them;
+// without the flag the gateway sets them itself. A bad address is named.
+func TestServeTrustedProxies(t *testing.T) {
+	t.Parallel()
+	echo := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, "%s|%s", r.Header.Get("X-Forwarded-For"), r.Header.Get("X-Forwarded-Proto"))
+	})
+	up := upstreamServer(t, echo)
+	lb := []string{"Authorization: Bearer a", "X-Forwarded-For: 203.0.113.7", "X-Forwarded-Proto: https"}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "127.0.0.1|http"},
+		{[]string{"--trusted-proxies", "10.0.0.0/8, 127.0.0.1"}, "203.0.113.7, 127.0.0.1|https"},
+	} {
+		gw := startGateway(t, nil, append([]string{"--upstream", up, "--db", testDB(t, "sqlite")}, tt.args...)...)
+		r, err := send(context.Background(), client, gw.url+"/charges", `{}`, append([]string{"Idempotency-Key: lb-1"}, lb...)...)
+		if err != nil || r.status != 201 || r.body != tt.want {
+			t.Fatalf("%v: %d %q %v, want the upstream to see %q", tt.args, r.status, r.body, err, tt.want)
+		}
+	}
+	out, err := exec.Command(idemBin, "serve", "--demo", "--check", "--trusted-proxies", "10.0.0.0/33").CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), `--trusted-proxies: "10.0.0.0/33" is neither`) {
+		t.Fatalf("a bad prefix: %v\n%s", err, out)
+	}
+}
