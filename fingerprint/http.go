@@ -52,8 +52,12 @@ type Request struct {
 // (media type application/json or *+json, or any body shaped like a JSON
 // object or array that parses) with the exclude pointers applied;
 // "form-sha256:" and the hex SHA-256 of a form body with its fields sorted
-// and the fields named by top-level pointers ("/name") left out; and Bytes
-// of any other body. A body whose media type is JSON but which is not JSON
+// and the fields named by top-level pointers ("/name") left out;
+// MultipartScheme ("multipart-sha256:") of a multipart/form-data body's
+// parts without its boundary, those named by top-level pointers left out
+// (each part's field name, file name, media type and content hashed, the
+// parts' hashes ordered by field name and hashed again); and Bytes of any
+// other body. A body whose media type is JSON but which is not JSON
 // is an error. A body still in a content coding (Request.Coding) is
 // "coded " followed by the coding, a space and Bytes of the body, whatever
 // its media type.
@@ -165,6 +169,11 @@ func (h *HTTPHasher) appendBody(dst []byte, r Request) ([]byte, error) {
 	if t := bytes.TrimLeft(r.Body, " \t\r\n"); len(t) > 0 && (t[0] == '{' || t[0] == '[') {
 		if out, err := h.appendJSON(dst, r.Body); err == nil {
 			return out, nil
+		}
+	}
+	if mt == MultipartMediaType {
+		if sum, ok := multipartSum(r.Body, h.formFields); ok {
+			return appendFormat(dst, MultipartScheme, sum), nil
 		}
 	}
 	form := r.Form

@@ -57,6 +57,8 @@ func TestFingerprintHTTPMatchesMiddleware(t *testing.T) {
 		{"json as form, as curl -d sends", request{"POST", "/curl", "application/x-www-form-urlencoded", `{"a":1}`, ""}, request{"POST", "/curl", "application/x-www-form-urlencoded", `{"a":2}`, ""}},
 		{"text body", request{"PUT", "/text", "text/plain", "hello", ""}, request{"PUT", "/text", "text/plain", "hello!", ""}},
 		{"empty body", request{"DELETE", "/things/1", "", "", ""}, request{"DELETE", "/things/2", "", "", ""}},
+		{"multipart body", request{"POST", "/files", "multipart/form-data; boundary=b1", "--b1\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.txt\"\r\n\r\nhello\r\n--b1--\r\n", ""},
+			request{"POST", "/files", "multipart/form-data; boundary=b2", "--b2\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.txt\"\r\n\r\nhello!\r\n--b2--\r\n", ""}},
 		{"gzip body", request{"POST", "/uploads", "application/json", `{"amount":100}`, "gzip"}, request{"POST", "/uploads", "application/json", `{"amount":100,"x":1}`, "gzip"}},
 	}
 	for i, tt := range tests {
