@@ -157,7 +157,10 @@ func (h *HTTPHasher) appendBody(dst []byte, r Request) ([]byte, error) {
 	}
 	mt := r.MediaType
 	if mt == "application/json" || strings.HasSuffix(mt, "+json") {
-		out, err := h.appendJSON(dst, r.Body)
+		// A byte order mark, which some Windows clients write, is not
+		// part of the document (RFC 8259, section 8.1, lets a parser
+		// ignore it; .NET's and Python's do).
+		out, err := h.appendJSON(dst, bytes.TrimPrefix(r.Body, utf8BOM))
 		if err != nil {
 			return nil, fmt.Errorf("Content-Type is %s but the body is not JSON: %w", mt, err)
 		}
@@ -193,6 +196,9 @@ func (h *HTTPHasher) appendBody(dst []byte, r Request) ([]byte, error) {
 	}
 	return appendFormat(dst, RawScheme, sha256.Sum256(r.Body)), nil
 }
+
+// utf8BOM is the UTF-8 byte order mark.
+var utf8BOM = []byte("\xef\xbb\xbf")
 
 // noOptions is the config of no options.
 var noOptions config

@@ -23,6 +23,7 @@ func TestHTTP(t *testing.T) {
 		body    string // the body fingerprint line of the input
 	}{
 		{"json", Request{Method: "POST", Path: "/charges", RawQuery: "x=1", MediaType: "application/json", Body: []byte(`{ "amount": 100.0 }`)}, nil, jsonFP},
+		{"json with a byte order mark", Request{Method: "POST", Path: "/charges", RawQuery: "x=1", MediaType: "application/json", Body: []byte("\xef\xbb\xbf{\"amount\":100}")}, nil, jsonFP},
 		{"json suffix type", Request{Method: "POST", Path: "/charges", RawQuery: "x=1", MediaType: "application/merge-patch+json", Body: []byte(`{"amount":1e2}`)}, nil, jsonFP},
 		{"json by shape", Request{Method: "POST", Path: "/charges", RawQuery: "x=1", MediaType: FormMediaType, Body: []byte(`{"amount":100}`)}, nil, jsonFP},
 		{"json excluded", Request{Method: "POST", Path: "/charges", RawQuery: "x=1", MediaType: "application/json", Body: []byte(`{"amount":100,"at":"now"}`)}, []string{"/at"}, jsonFP},

@@ -118,7 +118,7 @@ func (k keySource) fromBody(body []byte, form url.Values) (string, error) {
 		}
 		return vals[0], checkBodyKey(vals[0])
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
+	dec := json.NewDecoder(bytes.NewReader(bytes.TrimPrefix(body, []byte("\xef\xbb\xbf")))) // a byte order mark, as the fingerprint ignores it
 	dec.UseNumber()
 	var v any
 	if err := dec.Decode(&v); err != nil {

@@ -251,3 +251,19 @@ func TestReplayDecodesBrAndZstd(t *testing.T) {
 		}
 	})
 }
+
+// A JSON body that starts with a UTF-8 byte order mark (as some Windows
+// clients write it) is the same request as without it, and a key in it is
+// read.
+func TestJSONByteOrderMark(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, l *idem.Ledger) {
+		h := newCounter()
+		url := guarded(t, l, &idemhttp.Options{KeyFrom: "json:/idempotency_key"}, h)
+		a := do(t, "POST", url, "\xef\xbb\xbf"+`{"idempotency_key":"bom-1","amount":5}`)
+		b := do(t, "POST", url, `{"amount":5,"idempotency_key":"bom-1"}`)
+		if a.status != 201 || b.header.Get("Idempotent-Replayed") != "true" || b.body != a.body || h.total() != 1 {
+			t.Fatalf("with a byte order mark %d %q; without %d %v %q; %d runs", a.status, a.body, b.status, b.header, b.body, h.total())
+		}
+	})
+}
