@@ -28,6 +28,7 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,7 +45,9 @@ const DefaultTimeout = 30 * time.Second
 // defaults.
 type Config struct {
 	// Upstream is the API behind the gateway: http or https, with an
-	// optional path prefix.
+	// optional path prefix. Its redirects of a guarded request to itself
+	// (307, 308) are followed; Location headers naming it are pointed
+	// back at the gateway (docs/http.md, Redirects).
 	Upstream *url.URL
 	// Options are the Idempotency-Key semantics (nil = idemhttp defaults).
 	Options *idemhttp.Options
@@ -154,7 +157,11 @@ func New(l *idem.Ledger, cfg *Config) (*Gateway, error) {
 				pr.Out.Header.Del("Accept-Encoding")
 			}
 		},
-		Transport:    transport,
+		ModifyResponse: func(resp *http.Response) error {
+			pointBack(resp, upstream)
+			return nil
+		},
+		Transport:    followRedirects{base: transport, upstream: upstream},
 		BufferPool:   copyBuffers{},
 		ErrorHandler: f.upstreamFailed,
 		ErrorLog:     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
@@ -164,6 +171,46 @@ func New(l *idem.Ledger, cfg *Config) (*Gateway, error) {
 		return nil, err
 	}
 	return g, nil
+}
+
+// pointBack rewrites a Location or Content-Location that points at the
+// upstream itself (it builds absolute URLs from the Host it was sent, the
+// upstream's) to the gateway as the client reached it: the scheme and
+// host of the X-Forwarded-Proto and X-Forwarded-Host sent with the
+// request (the gateway's own view, or a trusted proxy's), the upstream's
+// path prefix taken off, as nginx's proxy_redirect default does. Left
+// as it was, a client following it, a redirect of a POST (307) with its
+// key for one, would reach the upstream past the gateway, unguarded.
+// Other URLs, and relative ones, are left alone.
+func pointBack(resp *http.Response, upstream *url.URL) {
+	out := resp.Request
+	for _, name := range [...]string{"Location", "Content-Location"} {
+		v := resp.Header.Get(name)
+		if v == "" || !strings.Contains(v, "://") {
+			continue
+		}
+		u, err := url.Parse(v)
+		if err != nil {
+			continue
+		}
+		rest, ok := underUpstream(upstream, u)
+		if !ok {
+			continue
+		}
+		proto, host := first(out.Header.Get("X-Forwarded-Proto")), first(out.Header.Get("X-Forwarded-Host"))
+		if proto == "" || host == "" {
+			continue
+		}
+		u.Scheme, u.Host, u.Path, u.RawPath = proto, host, cmp.Or(rest, "/"), ""
+		resp.Header.Set(name, u.String())
+	}
+}
+
+// first is the first of a comma-separated list, as a chain of proxies
+// may leave in X-Forwarded-Proto and X-Forwarded-Host: the client's.
+func first(v string) string {
+	f, _, _ := strings.Cut(v, ",")
+	return strings.TrimSpace(f)
 }
 
 // trusts reports whether remoteAddr (an http.Request's, ip:port) is in
