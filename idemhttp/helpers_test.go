@@ -103,6 +103,9 @@ func do(t testing.TB, method, url, body string, hdr ...string) reply {
 	}
 	for _, h := range hdr {
 		k, v, _ := strings.Cut(h, ":")
+		if strings.EqualFold(k, "Content-Type") {
+			req.Header.Del(k) // replaces the default
+		}
 		req.Header.Add(k, strings.TrimSpace(v))
 	}
 	resp, err := http.DefaultClient.Do(req)

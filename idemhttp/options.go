@@ -107,7 +107,9 @@ type Options struct {
 	// "header:Idempotency-Key"), "json:/pointer" (a string field of a JSON
 	// body, RFC 6901 pointer, as Square's idempotency_key) or "form:NAME"
 	// (a field of an application/x-www-form-urlencoded body, as an OAuth
-	// authorization code). A header key is forwarded unchanged.
+	// authorization code, or of a multipart/form-data one, as an HTML
+	// form's hidden field next to a file input). A header key is forwarded
+	// unchanged.
 	//
 	// KeyFromFingerprint ("fingerprint") derives the key from the work:
 	// a request without an Idempotency-Key header is keyed by its request

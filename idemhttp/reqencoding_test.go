@@ -267,3 +267,32 @@ func TestJSONByteOrderMark(t *testing.T) {
 		}
 	})
 }
+
+// An HTML form with a file input posts multipart/form-data; its hidden
+// idempotency field is the key (KeyFrom "form:NAME"), and the form posted
+// again, with the browser's new boundary, gets the replay: a double
+// submit runs once.
+func TestKeyFromMultipartForm(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, l *idem.Ledger) {
+		h := newCounter()
+		url := guarded(t, l, &idemhttp.Options{KeyFrom: "form:idempotency_key"}, h)
+		post := func(boundary, key string) reply {
+			t.Helper()
+			body := "--" + boundary + "\r\nContent-Disposition: form-data; name=\"idempotency_key\"\r\n\r\n" + key + "\r\n" +
+				"--" + boundary + "\r\nContent-Disposition: form-data; name=\"receipt\"; filename=\"r.pdf\"\r\nContent-Type: application/pdf\r\n\r\n%PDF-1.7\r\n" +
+				"--" + boundary + "--\r\n"
+			return do(t, "POST", url, body, "Content-Type: multipart/form-data; boundary="+boundary)
+		}
+		a := post("----WebKitFormBoundaryA", "form-1")
+		b := post("----WebKitFormBoundaryB", "form-1")
+		if a.status != 201 || b.header.Get("Idempotent-Replayed") != "true" || b.body != a.body || h.count("") != 1 {
+			t.Fatalf("first %d %q; again %d %v %q; %d runs", a.status, a.body, b.status, b.header, b.body, h.total())
+		}
+		if c := post("----WebKitFormBoundaryC", "form-2"); c.status != 201 || c.header.Get("Idempotent-Replayed") != "" {
+			t.Fatalf("another key: %d %v", c.status, c.header)
+		}
+		r := do(t, "POST", url, "--x\r\nbroken", "Content-Type: multipart/form-data; boundary=x")
+		wantProblem(t, r, http.StatusBadRequest, idemhttp.ProblemBodyInvalid)
+	})
+}

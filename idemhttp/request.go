@@ -6,12 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
+	"mime/multipart"
 	"net/http"
 	"net/url"
 	"os"
 	"strings"
 
 	"github.com/idemdev/idem"
+	"github.com/idemdev/idem/fingerprint"
 	"github.com/idemdev/idem/internal/printable"
 )
 
@@ -75,19 +78,26 @@ func (c *config) prepare(r *http.Request, secret func() ([]byte, error), into *p
 		}
 	}
 	mt := mediaType(r)
-	var form url.Values
-	if mt == formType || c.key.kind == keyForm {
+	var form, fields url.Values // the body as a form, for the fingerprint; the fields a key is read from
+	if mt == multipartType && c.key.kind == keyForm {
+		f, err := multipartFields(r.Header.Get("Content-Type"), content)
+		if err != nil {
+			return nil, &Problem{Type: ProblemBodyInvalid, Title: "Malformed form body", Status: http.StatusBadRequest,
+				Detail: fmt.Sprintf("The key is read from %s, but the multipart body is not a form: %v.", c.key, err)}
+		}
+		fields = f
+	} else if mt == formType || c.key.kind == keyForm {
 		f, err := url.ParseQuery(string(content))
 		if err != nil && c.key.kind == keyForm {
 			return nil, &Problem{Type: ProblemBodyInvalid, Title: "Malformed form body", Status: http.StatusBadRequest,
 				Detail: fmt.Sprintf("The key is read from %s, but the body is not a form: %v.", c.key, err)}
 		}
 		if err == nil {
-			form = f
+			form, fields = f, f
 		}
 	}
 	if c.key.needsBody() {
-		k, err := c.key.fromBody(content, form)
+		k, err := c.key.fromBody(content, fields)
 		switch {
 		case errors.Is(err, errNoKey):
 			return nil, c.missingKey()
@@ -211,4 +221,35 @@ func checkScope(s string) error {
 		return fmt.Errorf("the scope %w", err)
 	}
 	return nil
+}
+
+const multipartType = fingerprint.MultipartMediaType
+
+// multipartFields returns the fields of a multipart/form-data body that
+// are not files (an HTML form with a file input posts one), for a key read
+// from a form field: a form's hidden idempotency field next to a file.
+func multipartFields(contentType string, body []byte) (url.Values, error) {
+	_, params, err := mime.ParseMediaType(contentType)
+	if err != nil || params["boundary"] == "" {
+		return nil, errors.New("no boundary in its Content-Type")
+	}
+	mr := multipart.NewReader(bytes.NewReader(body), params["boundary"])
+	fields := url.Values{}
+	for {
+		p, err := mr.NextPart()
+		if errors.Is(err, io.EOF) {
+			return fields, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if p.FileName() != "" {
+			continue
+		}
+		v, err := io.ReadAll(p)
+		if err != nil {
+			return nil, err
+		}
+		fields.Add(p.FormName(), string(v))
+	}
 }
