@@ -29,7 +29,7 @@
 // refused (400 scope-missing) unless Options.AnonymousScope shares one
 // scope among such callers.
 //
-// Answers that say "nothing was done, try later" (408, 425, 429:
+// Answers that say "nothing was done" (401, 403, 408, 425, 429:
 // Options.ReleaseStatus; 5xx: Options.ServerErrors) release the key
 // instead of being stored. A compressed response is stored with its
 // Content-Encoding and decoded for a retry that does not accept it.

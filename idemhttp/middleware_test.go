@@ -673,8 +673,8 @@ func TestBadOptions(t *testing.T) {
 	}
 }
 
-// 408, 425 and 429 mean "nothing was done, try later": passed through,
-// not stored, key released; ReleaseStatus changes the set.
+// 401, 403, 408, 425 and 429 mean "nothing was done": passed through, not
+// stored, key released; ReleaseStatus changes the set.
 func TestReleaseStatuses(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, l *idem.Ledger) {
@@ -690,7 +690,7 @@ func TestReleaseStatuses(t *testing.T) {
 		}
 		h := answering()
 		url := guarded(t, l, nil, h)
-		for _, code := range []int{408, 425, 429} {
+		for _, code := range []int{401, 403, 408, 425, 429} {
 			key := "Idempotency-Key: k" + strconv.Itoa(code)
 			for range 2 {
 				if r := do(t, "POST", url, `{}`, key, "Answer: "+strconv.Itoa(code)); r.status != code || r.header.Get("Idempotent-Replayed") != "" {

@@ -33,11 +33,16 @@ const (
 // otherwise: the ones that are not idempotent by definition (RFC 9110 §9.2.2).
 var DefaultMethods = []string{http.MethodPost, http.MethodPatch}
 
-// DefaultReleaseStatus are the answers that say "nothing was done, try
-// later": 408 Request Timeout, 425 Too Early and 429 Too Many Requests.
-// They are passed through unstored and release the key, like a 5xx under
-// Release5xx, so a retry with the same key is handled again.
-var DefaultReleaseStatus = []int{http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests}
+// DefaultReleaseStatus are the answers that say "nothing was done": 401
+// Unauthorized and 403 Forbidden (refused before anything ran: fix the
+// credentials or the permission, then retry), 408 Request Timeout, 425
+// Too Early and 429 Too Many Requests ("try later"). They are passed
+// through unstored and release the key, like a 5xx under Release5xx, so a
+// retry with the same key is handled again. Stored, a 401 would be
+// replayed to the retry that carries a refreshed token (where keys are not
+// scoped by Authorization) until the key expired.
+var DefaultReleaseStatus = []int{http.StatusUnauthorized, http.StatusForbidden,
+	http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests}
 
 // DefaultAllowHeaders are the response headers stored and replayed besides
 // the ones in Options.AllowHeaders. The CORS fields are among them: without
@@ -166,8 +171,8 @@ type Options struct {
 	// ServerErrors is what becomes of a 5xx answer. Default Release5xx.
 	ServerErrors ServerErrorPolicy
 	// ReleaseStatus lists 4xx statuses that are passed through unstored
-	// and release the key, as answers that mean "nothing was done, try
-	// later" (5xx answers follow ServerErrors). nil means
+	// and release the key, as answers that mean "nothing was done" (5xx
+	// answers follow ServerErrors). nil means
 	// DefaultReleaseStatus; an empty non-nil slice releases none.
 	ReleaseStatus []int
 	// AllowHeaders are response headers stored and replayed in addition to

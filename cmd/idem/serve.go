@@ -100,7 +100,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.StringVar(&c.onConflict, "on-conflict", "reject", "while the same key is in flight: reject (409) or wait (then replay)")
 	fs.DurationVar(&c.waitTimeout, "wait-timeout", idemhttp.DefaultWaitTimeout, "longest wait under --on-conflict wait")
 	fs.StringVar(&c.on5xx, "on-5xx", "release", "upstream 5xx: release (retry forwards again), store (replayed like Stripe) or hold (until the lease ends)")
-	fs.StringVar(&c.releaseStatus, "release-status", "408,425,429", "comma-separated 4xx `statuses` passed through unstored that release the key (\"nothing done, try later\"), or none")
+	fs.StringVar(&c.releaseStatus, "release-status", "401,403,408,425,429", "comma-separated 4xx `statuses` passed through unstored that release the key (\"nothing done\": refused, or try later), or none")
 	fs.StringVar(&c.stale, "stale", "redo", "a claim whose holder vanished: redo (forward again with the same key) or park (wait for an operator)")
 	fs.StringVar(&c.allowHeaders, "allow-headers", "", "comma-separated response `headers` to store besides Content-Type, Location, Content-Location, ETag, Last-Modified, Link and the CORS fields Access-Control-Allow-Origin, -Allow-Credentials, -Expose-Headers")
 	fs.StringVar(&c.exclude, "exclude", "", "comma-separated JSON `pointers` left out of the body fingerprint (e.g. /sent_at)")
