@@ -3,6 +3,8 @@ package main
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -74,6 +76,8 @@ type serveConfig struct {
 	upstreamURL                   *url.URL
 	trustedProxies                string // --trusted-proxies
 	trusted                       []netip.Prefix
+	tlsCert, tlsKey, clientCA     string      // --tls-cert, --tls-key, --client-ca
+	tlsConfig                     *tls.Config // from them; nil: plain HTTP
 }
 
 func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
@@ -89,7 +93,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.DurationVar(&c.reportEvery, "report-every", 5*time.Second, "store this gateway's counters and per-key replays in the database this often, for every admin page's totals (0 disables)")
 	fs.BoolVar(&c.demo, "demo", false, "also start a built-in demo payments API and forward to it")
 	fs.BoolVar(&c.requireKey, "require-key", false, "answer 400 to a guarded request without a key (default: pass it through)")
-	fs.StringVar(&c.scopeHeader, "scope-header", "Authorization", "request `header` that scopes keys: Authorization (a keyed hash of its value), hmac:NAME (a keyed hash of header NAME, e.g. hmac:X-Api-Key), another header such as X-Tenant-ID (its value), or none (one shared scope)")
+	fs.StringVar(&c.scopeHeader, "scope-header", "Authorization", "request `header` that scopes keys: Authorization (a keyed hash of its value), hmac:NAME (a keyed hash of header NAME, e.g. hmac:X-Api-Key), another header such as X-Tenant-ID (its value), client-cert (the client's TLS certificate; needs --client-ca), or none (one shared scope)")
 	fs.StringVar(&c.anonymousScope, "anonymous-scope", "refuse", "a guarded request with a key but without the scope header: refuse (400 scope-missing) or shared (one scope for all such callers; --demo sets it)")
 	fs.StringVar(&c.keyFrom, "key-from", idemhttp.DefaultKeyFrom, "where the key is: header:NAME, json:/pointer, form:NAME, or fingerprint (the Idempotency-Key header, else the request fingerprint: identical keyless requests are done once; see --exclude)")
 	fs.StringVar(&c.methods, "methods", "POST,PATCH", "comma-separated `methods` to guard; others pass through untouched")
@@ -110,6 +114,9 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.Var(&c.memoryLimit, "memory-limit", "soft limit on the memory Go manages (`size`; GOMEMLIMIT's semantics): the collector runs more often as it nears it, rather than letting the heap grow to twice what is live, at some CPU cost; it is not a cap (SQLite's cache, the program's code and what is live stay). Off by default; GOMEMLIMIT still applies")
 	fs.IntVar(&c.maxInFlight, "max-inflight", 256, "most guarded requests handled at once (each may hold --max-body); past it 503 too-busy with Retry-After")
 	fs.DurationVar(&c.drain, "drain-timeout", 30*time.Second, "on SIGTERM, how long to let in-flight requests finish")
+	fs.StringVar(&c.tlsCert, "tls-cert", "", "PEM `file` of the gateway's TLS certificate (chain): serve HTTPS, and HTTP/2, on --listen; needs --tls-key")
+	fs.StringVar(&c.tlsKey, "tls-key", "", "PEM `file` of the private key of --tls-cert")
+	fs.StringVar(&c.clientCA, "client-ca", "", "PEM `file` of the CAs whose client certificates the gateway accepts (mutual TLS), for --scope-header client-cert; needs --tls-cert")
 	fs.StringVar(&c.trustedProxies, "trusted-proxies", "", "comma-separated `addresses` (IPs or CIDRs, e.g. 10.0.0.0/8) of the load balancers in front of the gateway: from them X-Forwarded-For is appended to and X-Forwarded-Host, -Proto and Forwarded are passed on; from any other peer the gateway sets them itself")
 	fs.StringVar(&c.configFile, "config", "", "YAML `file` of per-route policies (docs/http.md#per-route-policies); the flags are the defaults routes inherit; SIGHUP reloads it")
 	fs.BoolVar(&c.checkOnly, "check", false, "check the flags and --config file, then exit: 0 if valid, 2 if not (--upstream not needed)")
@@ -210,6 +217,11 @@ func (c *serveConfig) check() []error {
 			bad("admin-write", "needs --admin (the address of the admin page it enables writes on)")
 		}
 	}
+	if cfg, err := c.serverTLS(); err != nil {
+		errs = append(errs, err)
+	} else {
+		c.tlsConfig = cfg
+	}
 	if trusted, err := parseProxies(c.trustedProxies); err != nil {
 		bad("trusted-proxies", "%v", err)
 	} else {
@@ -282,6 +294,11 @@ func (c *serveConfig) policy() []error {
 	switch {
 	case strings.EqualFold(c.scopeHeader, "authorization"):
 		o.Scope = idemhttp.ScopeAuthorization
+	case strings.EqualFold(c.scopeHeader, "client-cert"):
+		o.Scope = idemhttp.ScopeClientCertificate
+		if c.clientCA == "" {
+			bad("scope-header", "client-cert needs --tls-cert, --tls-key and --client-ca (the CAs whose client certificates to accept)")
+		}
 	case strings.EqualFold(c.scopeHeader, "none") || c.scopeHeader == "":
 		o.Scope = idemhttp.ScopeNone
 		o.AnonymousScope = idemhttp.AnonymousShared // one scope for everybody is what none asks for
@@ -510,7 +527,13 @@ func (c *serveConfig) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr 
 	// server's own ReadTimeout would also cancel slow upstream answers.
 	srv := &http.Server{Handler: gw, ReadHeaderTimeout: headerTimeout, IdleTimeout: c.idleTimeout, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	failed := make(chan error, 2)
-	go func() { failed <- srv.Serve(ln) }()
+	scheme := "http"
+	serve := func() error { return srv.Serve(ln) }
+	if c.tlsConfig != nil {
+		srv.TLSConfig, scheme = c.tlsConfig, "https"
+		serve = func() error { return srv.ServeTLS(ln, "", "") } // HTTP/2 too
+	}
+	go func() { failed <- serve() }()
 
 	var adminSrv *http.Server
 	if c.admin != "" {
@@ -538,14 +561,18 @@ func (c *serveConfig) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr 
 
 	addr := ln.Addr().String()
 	if c.demo {
-		fmt.Fprintf(stdout, "idem serve: a demo payments API runs on %s behind the gateway on http://%s\n\n", c.upstreamURL.Redacted(), addr)
+		base, curl := addr, "curl"
+		if c.tlsConfig != nil {
+			base, curl = "https://"+addr, "curl --cacert "+c.tlsCert
+		}
+		fmt.Fprintf(stdout, "idem serve: a demo payments API runs on %s behind the gateway on %s://%s\n\n", c.upstreamURL.Redacted(), scheme, addr)
 		fmt.Fprintf(stdout, "Try, in another terminal:\n")
-		fmt.Fprintf(stdout, "  curl -si -X POST %s/charges -H 'Idempotency-Key: order-42' -d '{\"amount\":1000}'   # 201, charged once\n", addr)
-		fmt.Fprintf(stdout, "  curl -si -X POST %s/charges -H 'Idempotency-Key: order-42' -d '{\"amount\":1000}'   # the same 201, Idempotent-Replayed: true\n", addr)
-		fmt.Fprintf(stdout, "  curl -si -X POST %s/charges -H 'Idempotency-Key: order-42' -d '{\"amount\":999}'    # 422: key reused with a different request\n", addr)
-		fmt.Fprintf(stdout, "  curl -si -X POST %s/charges -H 'Idempotency-Key: slow-1' -H 'Demo-Delay: 5s' -d '{\"amount\":5}' & sleep 1\n", addr)
-		fmt.Fprintf(stdout, "  curl -si -X POST %s/charges -H 'Idempotency-Key: slow-1' -d '{\"amount\":5}'                    # 409 while the first runs\n", addr)
-		fmt.Fprintf(stdout, "  curl -s %s/charges                                                               # charges per key\n\n", addr)
+		fmt.Fprintf(stdout, "  %s -si -X POST %s/charges -H 'Idempotency-Key: order-42' -d '{\"amount\":1000}'   # 201, charged once\n", curl, base)
+		fmt.Fprintf(stdout, "  %s -si -X POST %s/charges -H 'Idempotency-Key: order-42' -d '{\"amount\":1000}'   # the same 201, Idempotent-Replayed: true\n", curl, base)
+		fmt.Fprintf(stdout, "  %s -si -X POST %s/charges -H 'Idempotency-Key: order-42' -d '{\"amount\":999}'    # 422: key reused with a different request\n", curl, base)
+		fmt.Fprintf(stdout, "  %s -si -X POST %s/charges -H 'Idempotency-Key: slow-1' -H 'Demo-Delay: 5s' -d '{\"amount\":5}' & sleep 1\n", curl, base)
+		fmt.Fprintf(stdout, "  %s -si -X POST %s/charges -H 'Idempotency-Key: slow-1' -d '{\"amount\":5}'                    # 409 while the first runs\n", curl, base)
+		fmt.Fprintf(stdout, "  %s -s %s/charges                                                               # charges per key\n\n", curl, base)
 	}
 
 	anon := ""
@@ -558,8 +585,8 @@ func (c *serveConfig) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr 
 	if c.configFile != "" {
 		anon += fmt.Sprintf("; %d routes from %s, SIGHUP reloads it", len(c.routes), c.configFile)
 	}
-	fmt.Fprintf(stderr, "idem serve: listening on http://%s, forwarding to %s, ledger %s (lease %v, retention %v%s)\n",
-		addr, c.upstreamURL.Redacted(), dburl.Redact(c.db), c.lease, c.retention, anon)
+	fmt.Fprintf(stderr, "idem serve: listening on %s://%s, forwarding to %s, ledger %s (lease %v, retention %v%s)\n",
+		scheme, addr, c.upstreamURL.Redacted(), dburl.Redact(c.db), c.lease, c.retention, anon)
 	select {
 	case <-ctx.Done():
 	case err := <-failed:
@@ -664,4 +691,42 @@ func parseProxies(list string) ([]netip.Prefix, error) {
 		out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
 	}
 	return out, nil
+}
+
+// serverTLS builds the gateway's TLS configuration from --tls-cert,
+// --tls-key and --client-ca (nil without them), checking the files now so
+// that --check and start-up name a bad one. Client certificates are asked
+// for and verified against --client-ca when given; a client without one
+// still connects, and its guarded requests have no scope under
+// --scope-header client-cert (see --anonymous-scope).
+func (c *serveConfig) serverTLS() (*tls.Config, error) {
+	bad := func(flag, format string, args ...any) error {
+		return &flagError{flag, fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case c.tlsCert == "" && c.tlsKey == "":
+		if c.clientCA != "" {
+			return nil, bad("client-ca", "needs --tls-cert and --tls-key (client certificates come with TLS)")
+		}
+		return nil, nil
+	case c.tlsCert == "" || c.tlsKey == "":
+		return nil, bad("tls-cert", "--tls-cert and --tls-key go together")
+	}
+	cert, err := tls.LoadX509KeyPair(c.tlsCert, c.tlsKey)
+	if err != nil {
+		return nil, bad("tls-cert", "%v", err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if c.clientCA != "" {
+		pem, err := os.ReadFile(c.clientCA)
+		if err != nil {
+			return nil, bad("client-ca", "%v", err)
+		}
+		cfg.ClientCAs = x509.NewCertPool()
+		if !cfg.ClientCAs.AppendCertsFromPEM(pem) {
+			return nil, bad("client-ca", "%s holds no PEM certificate", c.clientCA)
+		}
+		cfg.ClientAuth = tls.VerifyClientCertIfGiven
+	}
+	return cfg, nil
 }

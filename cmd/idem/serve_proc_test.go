@@ -33,7 +33,7 @@ type gatewayProc struct {
 }
 
 var (
-	listeningRE = regexp.MustCompile(`^idem serve: listening on (http://[0-9.:]+)`)
+	listeningRE = regexp.MustCompile(`^idem serve: listening on (https?://[0-9.:]+)`)
 	adminRE     = regexp.MustCompile(`^idem serve: admin on (http://[0-9.:]+)`)
 )
 
