@@ -56,45 +56,16 @@ func (c *config) prepare(r *http.Request, secret func() ([]byte, error), into *p
 	if prob != nil {
 		return nil, prob
 	}
-	// The body as sent, for the handler; its content, for the fingerprint
-	// and a key in it (see requestCoding).
-	content, coding := body, ""
-	if cs := requestCoding(r.Header); len(cs) > 0 {
-		plain, ok, err := decodeRequest(cs, body, c.maxBody)
-		switch {
-		case errors.Is(err, errDecodedTooLarge):
-			return nil, &Problem{Type: ProblemBodyTooLarge, Title: "Request body too large", Status: http.StatusRequestEntityTooLarge,
-				Detail: fmt.Sprintf("The body decodes to more than %d bytes; nothing was done.", c.maxBody)}
-		case err != nil:
-			return nil, &Problem{Type: ProblemBodyInvalid, Title: "Malformed request body", Status: http.StatusBadRequest, Detail: err.Error() + "; nothing was done."}
-		case ok:
-			content = plain
-		case c.key.needsBody():
-			return nil, &Problem{Type: ProblemBodyEncoding, Title: "Unsupported request body encoding", Status: http.StatusUnsupportedMediaType,
-				Detail:         fmt.Sprintf("The key is read from %s, but the body's Content-Encoding (%s) is not one this server decodes; nothing was done.", c.key, strings.Join(cs, ", ")),
-				AcceptEncoding: RequestCodings}
-		default:
-			coding = strings.Join(cs, ", ")
-		}
+	// The body as sent goes to the handler; its content makes the
+	// fingerprint and holds a key read from the body.
+	content, coding, prob := c.content(r, body)
+	if prob != nil {
+		return nil, prob
 	}
 	mt := mediaType(r)
-	var form, fields url.Values // the body as a form, for the fingerprint; the fields a key is read from
-	if mt == multipartType && c.key.kind == keyForm {
-		f, err := multipartFields(r.Header.Get("Content-Type"), content)
-		if err != nil {
-			return nil, &Problem{Type: ProblemBodyInvalid, Title: "Malformed form body", Status: http.StatusBadRequest,
-				Detail: fmt.Sprintf("The key is read from %s, but the multipart body is not a form: %v.", c.key, err)}
-		}
-		fields = f
-	} else if mt == formType || c.key.kind == keyForm {
-		f, err := url.ParseQuery(string(content))
-		if err != nil && c.key.kind == keyForm {
-			return nil, &Problem{Type: ProblemBodyInvalid, Title: "Malformed form body", Status: http.StatusBadRequest,
-				Detail: fmt.Sprintf("The key is read from %s, but the body is not a form: %v.", c.key, err)}
-		}
-		if err == nil {
-			form, fields = f, f
-		}
+	form, fields, prob := c.forms(r, mt, content)
+	if prob != nil {
+		return nil, prob
 	}
 	if c.key.needsBody() {
 		k, err := c.key.fromBody(content, fields)
@@ -144,6 +115,58 @@ func (c *config) prepare(r *http.Request, secret func() ([]byte, error), into *p
 	}
 	*into = prepared{scope: scope, key: key, fingerprint: fp}
 	return into, nil
+}
+
+// content returns body without its content codings (see requestCoding),
+// or, in a coding the middleware does not decode, body itself and the
+// coding.
+func (c *config) content(r *http.Request, body []byte) (content []byte, coding string, _ *Problem) {
+	cs := requestCoding(r.Header)
+	if len(cs) == 0 {
+		return body, "", nil
+	}
+	plain, ok, err := decodeRequest(cs, body, c.maxBody)
+	switch {
+	case errors.Is(err, errDecodedTooLarge):
+		return nil, "", &Problem{Type: ProblemBodyTooLarge, Title: "Request body too large", Status: http.StatusRequestEntityTooLarge,
+			Detail: fmt.Sprintf("The body decodes to more than %d bytes; nothing was done.", c.maxBody)}
+	case err != nil:
+		return nil, "", &Problem{Type: ProblemBodyInvalid, Title: "Malformed request body", Status: http.StatusBadRequest, Detail: err.Error() + "; nothing was done."}
+	case ok:
+		return plain, "", nil
+	case c.key.needsBody():
+		return nil, "", &Problem{Type: ProblemBodyEncoding, Title: "Unsupported request body encoding", Status: http.StatusUnsupportedMediaType,
+			Detail:         fmt.Sprintf("The key is read from %s, but the body's Content-Encoding (%s) is not one this server decodes; nothing was done.", c.key, strings.Join(cs, ", ")),
+			AcceptEncoding: RequestCodings}
+	}
+	return body, strings.Join(cs, ", "), nil
+}
+
+// forms returns content parsed as a form, for the fingerprint (nil unless
+// it is urlencoded), and the fields a key is read from under KeyFrom
+// "form:NAME" (a multipart form's fields that are not files too).
+func (c *config) forms(r *http.Request, mt string, content []byte) (form, fields url.Values, _ *Problem) {
+	bad := func(what string, err error) *Problem {
+		return &Problem{Type: ProblemBodyInvalid, Title: "Malformed form body", Status: http.StatusBadRequest,
+			Detail: fmt.Sprintf("The key is read from %s, but the %s: %v.", c.key, what, err)}
+	}
+	switch {
+	case mt == multipartType && c.key.kind == keyForm:
+		f, err := multipartFields(r.Header.Get("Content-Type"), content)
+		if err != nil {
+			return nil, nil, bad("multipart body is not a form", err)
+		}
+		return nil, f, nil
+	case mt == formType || c.key.kind == keyForm:
+		f, err := url.ParseQuery(string(content))
+		if err != nil && c.key.kind == keyForm {
+			return nil, nil, bad("body is not a form", err)
+		}
+		if err == nil {
+			return f, f, nil
+		}
+	}
+	return nil, nil, nil
 }
 
 // missingKey is nil (pass through) unless a key is required.
