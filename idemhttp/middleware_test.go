@@ -802,3 +802,29 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// A replay carries what describes its body: a report a POST made comes
+// back with its file name and language, so a second download is saved
+// as the first was.
+func TestReplayDescribesItsBody(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, l *idem.Ledger) {
+		url := guarded(t, l, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/csv")
+			w.Header().Set("Content-Disposition", `attachment; filename="report-2026-12.csv"`)
+			w.Header().Set("Content-Language", "de")
+			w.WriteHeader(http.StatusCreated)
+			io.WriteString(w, "id,amount\n1,1000\n")
+		}))
+		first := do(t, "POST", url+"/reports", `{"month":"2026-12"}`, "Idempotency-Key: report-1")
+		again := do(t, "POST", url+"/reports", `{"month":"2026-12"}`, "Idempotency-Key: report-1")
+		if again.header.Get("Idempotent-Replayed") != "true" || again.body != first.body {
+			t.Fatalf("not a replay: %d %v", again.status, again.header)
+		}
+		for _, h := range []string{"Content-Type", "Content-Disposition", "Content-Language"} {
+			if again.header.Get(h) != first.header.Get(h) {
+				t.Errorf("%s: replay %q, first %q", h, again.header.Get(h), first.header.Get(h))
+			}
+		}
+	})
+}

@@ -45,11 +45,14 @@ var DefaultReleaseStatus = []int{http.StatusUnauthorized, http.StatusForbidden,
 	http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests}
 
 // DefaultAllowHeaders are the response headers stored and replayed besides
-// the ones in Options.AllowHeaders. The CORS fields are among them: without
-// the first answer's Access-Control-Allow-Origin a browser refuses its
-// page the replay, and a double submit's second fetch fails as if the
-// network had.
-var DefaultAllowHeaders = []string{"Content-Type", "Location", "Content-Location", "ETag", "Last-Modified", "Link",
+// the ones in Options.AllowHeaders: what describes the body (its type,
+// language, file name, location, version), links, and the CORS fields.
+// Without the first answer's Access-Control-Allow-Origin a browser
+// refuses its page the replay, and a double submit's second fetch fails as
+// if the network had; without its Content-Disposition a report made by a
+// POST is saved under another name the second time.
+var DefaultAllowHeaders = []string{"Content-Type", "Content-Language", "Content-Disposition", "Location", "Content-Location",
+	"ETag", "Last-Modified", "Link",
 	"Access-Control-Allow-Origin", "Access-Control-Allow-Credentials", "Access-Control-Expose-Headers"}
 
 // neverStored are response headers that carry credentials or describe the

@@ -106,7 +106,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.StringVar(&c.on5xx, "on-5xx", "release", "upstream 5xx: release (retry forwards again), store (replayed like Stripe) or hold (until the lease ends)")
 	fs.StringVar(&c.releaseStatus, "release-status", "401,403,408,425,429", "comma-separated 4xx `statuses` passed through unstored that release the key (\"nothing done\": refused, or try later), or none")
 	fs.StringVar(&c.stale, "stale", "redo", "a claim whose holder vanished: redo (forward again with the same key) or park (wait for an operator)")
-	fs.StringVar(&c.allowHeaders, "allow-headers", "", "comma-separated response `headers` to store besides Content-Type, Location, Content-Location, ETag, Last-Modified, Link and the CORS fields Access-Control-Allow-Origin, -Allow-Credentials, -Expose-Headers")
+	fs.StringVar(&c.allowHeaders, "allow-headers", "", "comma-separated response `headers` to store besides Content-Type, Content-Language, Content-Disposition, Location, Content-Location, ETag, Last-Modified, Link and the CORS fields Access-Control-Allow-Origin, -Allow-Credentials, -Expose-Headers")
 	fs.StringVar(&c.exclude, "exclude", "", "comma-separated JSON `pointers` left out of the body fingerprint (e.g. /sent_at)")
 	fs.DurationVar(&c.timeout, "upstream-timeout", gateway.DefaultTimeout, "bound on a guarded upstream call; a sent call that times out gets 504 and keeps its claim")
 	fs.DurationVar(&c.readTimeout, "read-timeout", 30*time.Second, "bound on reading a whole request, body included; a stalled body is cut off (408)")
