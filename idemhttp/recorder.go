@@ -8,7 +8,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 )
 
 // recorder is the ResponseWriter a guarded handler writes to. It holds the
@@ -252,20 +254,54 @@ func (r *recorder) send() {
 	}
 	status, h, body := r.result()
 	dst := r.w.Header()
-	copyHeader(dst, h)
+	trailers := trailerNames(h)
+	for k, v := range h {
+		if !slices.Contains(trailers, k) {
+			dst[k] = v
+		}
+	}
 	if !bodyAllowed(status) {
 		dst.Del("Content-Length")
 		r.w.WriteHeader(status)
 		return
 	}
-	dst.Set("Content-Length", strconv.FormatInt(int64(len(body))+r.spilled, 10))
+	if len(trailers) == 0 { // with trailers, net/http sends the body chunked
+		dst.Set("Content-Length", strconv.FormatInt(int64(len(body))+r.spilled, 10))
+	}
 	r.w.WriteHeader(status)
+	defer func() {
+		for _, k := range trailers {
+			dst[k] = h[k]
+		}
+	}()
 	if _, err := r.w.Write(body); err != nil || r.spill == nil {
 		return
 	}
 	if _, err := r.spill.Seek(0, io.SeekStart); err == nil {
 		io.Copy(r.w, r.spill)
 	}
+}
+
+// trailerNames returns the fields of h that the handler meant as trailers:
+// those its Trailer field announced, and those set with http.TrailerPrefix
+// (a reverse proxy sets an upstream's trailers in one of these ways once
+// the body is copied). The first answer sends them after the body, as
+// trailers; a replay has none (they are not stored).
+func trailerNames(h http.Header) []string {
+	var names []string
+	for _, v := range h["Trailer"] {
+		for name := range strings.SplitSeq(v, ",") {
+			if name = http.CanonicalHeaderKey(strings.TrimSpace(name)); name != "" {
+				names = append(names, name)
+			}
+		}
+	}
+	for k := range h {
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			names = append(names, k)
+		}
+	}
+	return names
 }
 
 // discard forgets the handler's response, for answering with a problem

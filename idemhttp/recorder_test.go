@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemdev/idem"
 	"github.com/idemdev/idem/idemhttp"
 )
 
@@ -107,4 +108,49 @@ func TestBodyKinds(t *testing.T) {
 	if len(records(t, l)) != before {
 		t.Fatal("a malformed JSON body reached the ledger")
 	}
+}
+
+// A handler's trailers (announced in Trailer, or set with
+// http.TrailerPrefix after the body, as a reverse proxy copies an
+// upstream's) reach the first client as trailers, not as header fields;
+// a replay has none.
+func TestTrailersStayTrailers(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, l *idem.Ledger) {
+		for _, mode := range []string{"lease", "tx"} {
+			t.Run(mode, func(t *testing.T) {
+				h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					w.Header().Set("Trailer", "X-Checksum")
+					w.Header().Set("Content-Type", "application/json")
+					io.WriteString(w, `{"ok":true}`)
+					w.Header().Set("X-Checksum", "abc123")
+					w.Header().Set(http.TrailerPrefix+"X-Late", "late")
+				})
+				url := guarded(t, l, nil, h)
+				if mode == "tx" {
+					url = txGuarded(t, l, nil, h)
+				}
+				get := func() (*http.Response, string) {
+					t.Helper()
+					req, _ := http.NewRequest("POST", url, strings.NewReader(`{}`))
+					req.Header.Set("Idempotency-Key", "trailers-"+mode)
+					resp, err := http.DefaultClient.Do(req)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer resp.Body.Close()
+					b, _ := io.ReadAll(resp.Body) // the trailers come after the body
+					return resp, string(b)
+				}
+				first, body := get()
+				if body != `{"ok":true}` || first.Header.Get("X-Checksum") != "" || first.Trailer.Get("X-Checksum") != "abc123" || first.Trailer.Get("X-Late") != "late" {
+					t.Fatalf("first answer: %q, header %v, trailer %v", body, first.Header, first.Trailer)
+				}
+				again, body := get()
+				if body != `{"ok":true}` || again.Header.Get("Idempotent-Replayed") != "true" || again.Header.Get("X-Checksum") != "" || len(again.Trailer) != 0 {
+					t.Fatalf("replay: %q, header %v, trailer %v", body, again.Header, again.Trailer)
+				}
+			})
+		}
+	})
 }
