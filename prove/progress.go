@@ -71,7 +71,19 @@ func (p *progress) end(i int, r Result) {
 		p.prefix(i, r.Name), verdict(r), r.Ops, r.Attempts, r.Effects, r.Seconds)
 }
 
+// again says that a trial ended inconclusive and runs again.
+func (p *progress) again(i int, name, why string) {
+	p.line(i, name, "inconclusive: "+why+"; running it again")
+}
+
+// skipped writes a skipped trial's line.
 func (p *progress) skipped(i int, name, why string) {
+	p.line(i, name, "skipped: "+why)
+}
+
+// line stops the counters of a trial that began, if any, and writes what
+// became of it.
+func (p *progress) line(i int, name, what string) {
 	if p.w == nil {
 		return
 	}
@@ -83,5 +95,5 @@ func (p *progress) skipped(i int, name, why string) {
 		fmt.Fprint(p.w, "\r\033[K")
 	}
 	p.mu.Unlock()
-	fmt.Fprintf(p.w, "%s skipped: %s\n", p.prefix(i, name), why)
+	fmt.Fprintf(p.w, "%s %s\n", p.prefix(i, name), what)
 }

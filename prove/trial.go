@@ -59,10 +59,39 @@ type trial struct {
 	procs    []*proc
 }
 
+// maxAttempts bounds the runs of a trial that ends inconclusive: a fault
+// outside idem (RabbitMQ now and then comes back from its SIGKILL without
+// the durable queue and the messages in it) means nothing was tested, so
+// the trial runs again, on a new broker, queue and scope.
+const maxAttempts = 3
+
 func (r *runner) runTrial(ctx context.Context, i int, sel selected) Result {
+	var again []string
+	for attempt := 1; ; attempt++ {
+		res, inc := r.runAttempt(ctx, i, sel, attempt)
+		if inc == "" {
+			res.Notes = append(again, res.Notes...)
+			return res
+		}
+		if attempt == maxAttempts || ctx.Err() != nil {
+			res.Reason = "inconclusive: " + inc
+			if len(again) > 0 {
+				res.Reason += fmt.Sprintf(" (attempt %d of %d; the others alike)", attempt, maxAttempts)
+			}
+			r.prog.skipped(i, res.Name, res.Reason)
+			return res
+		}
+		again = append(again, fmt.Sprintf("attempt %d inconclusive (%s); ran again on a new broker, queue and scope", attempt, inc))
+		r.prog.again(i, res.Name, inc)
+	}
+}
+
+// runAttempt runs one attempt of a trial. A trial that ends inconclusive
+// is returned skipped with inc, its reason, and no line of progress.
+func (r *runner) runAttempt(ctx context.Context, i int, sel selected, attempt int) (res Result, inc string) {
 	name := sel.name()
 	start := time.Now()
-	res := Result{Name: name, Driver: r.db.driver, Ops: r.cfg.Ops}
+	res = Result{Name: name, Driver: r.db.driver, Ops: r.cfg.Ops}
 	skip := sel.sc.skip
 	if sel.sc.skipVariant != nil {
 		skip = func(r *runner) string { return sel.sc.skipVariant(r, sel.variant) }
@@ -71,11 +100,15 @@ func (r *runner) runTrial(ctx context.Context, i int, sel selected) Result {
 		if why := skip(r); why != "" {
 			res.Skipped, res.Reason, res.OK = true, why, true
 			r.prog.skipped(i, name, why)
-			return res
+			return res, ""
 		}
 	}
+	scope := r.scope(name)
+	if attempt > 1 {
+		scope += fmt.Sprintf("#%d", attempt)
+	}
 	t := &trial{
-		r: r, name: name, variant: sel.variant, scope: r.scope(name),
+		r: r, name: name, variant: sel.variant, scope: scope,
 		rng:       trialSeed(r.cfg.Seed, name),
 		lease:     r.cfg.Lease,
 		deadline:  2*time.Minute + time.Duration(r.cfg.Ops)*20*time.Millisecond,
@@ -92,16 +125,15 @@ func (r *runner) runTrial(ctx context.Context, i int, sel selected) Result {
 	tctx, cancel := context.WithTimeout(ctx, t.deadline+time.Minute)
 	err := sel.sc.run(tctx, t)
 	cancel()
-	var inc inconclusive
-	if errors.As(err, &inc) {
+	var incErr inconclusive
+	if errors.As(err, &incErr) {
 		t.killAll()
 		for _, f := range slices.Backward(t.after) {
 			f()
 		}
-		res.Skipped, res.Reason, res.OK = true, "inconclusive: "+inc.why, true
+		res.Skipped, res.OK = true, true
 		res.Seconds = time.Since(start).Seconds()
-		r.prog.skipped(i, name, res.Reason)
-		return res
+		return res, incErr.why
 	}
 	if err != nil {
 		t.fail("%v", err)
@@ -116,7 +148,7 @@ func (r *runner) runTrial(ctx context.Context, i int, sel selected) Result {
 	res.Seconds = time.Since(start).Seconds()
 	t.writeHistory()
 	r.prog.end(i, res)
-	return res
+	return res, ""
 }
 
 // inconclusive, returned by a scenario, ends its trial as skipped with its
