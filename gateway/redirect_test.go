@@ -20,6 +20,13 @@ type redirecting struct {
 	got    map[string][]string // path → bodies and keys received, "key body"
 }
 
+// seen returns what path received.
+func (u *redirecting) seen(path string) []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.got[path]
+}
+
 func (u *redirecting) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	b, _ := io.ReadAll(r.Body)
 	u.mu.Lock()
@@ -94,7 +101,7 @@ func TestRedirectToItself(t *testing.T) {
 				if a.status != 201 || a.body != prefix+tt.final+` {"amount":1}` || b.header.Get("Idempotent-Replayed") != "true" || b.body != a.body {
 					t.Fatalf("POST %s: %d %q, again %d %v %q", tt.path, a.status, a.body, b.status, b.header, b.body)
 				}
-				if got := up.got[prefix+tt.final]; len(got) != 1 || got[0] != key+` {"amount":1}` {
+				if got := up.seen(prefix + tt.final); len(got) != 1 || got[0] != key+` {"amount":1}` {
 					t.Fatalf("POST %s: the upstream's %s got %q, want the body and key once", tt.path, prefix+tt.final, got)
 				}
 				if loc := a.header.Get("Location"); loc != "http://"+gwHost+"/charges/ch_1" {
@@ -123,7 +130,7 @@ func TestRedirectToItself(t *testing.T) {
 					t.Errorf("%s %s: %d Location %q, want %d %q", tt.method, tt.path, r.status, r.header.Get("Location"), tt.status, tt.location)
 				}
 			}
-			if n := len(up.got[prefix+"/loop"]); n != 6 {
+			if n := len(up.seen(prefix + "/loop")); n != 6 {
 				t.Errorf("a redirect loop was followed %d times, want 5 after the first", n-1)
 			}
 		})
