@@ -194,16 +194,32 @@ func runBrokerRedelivery(ctx context.Context, t *trial) error {
 		}
 		if !restarted && settled >= len(t.keys)/3 {
 			restarted = true
+			rec, recovers := srv.(interface{ ClassicRecoveries() (int, int) })
+			var boots int
+			if recovers {
+				boots, _ = rec.ClassicRecoveries()
+				recovers = boots > 0 // a broker whose log says nothing of it (NATS)
+			}
 			srv.Kill()
 			if err := srv.Start(ctx); err != nil {
 				return fmt.Errorf("restarting %s: %w", v.name, err)
 			}
 			// A broker that came back without dest (RabbitMQ 3.10 under
 			// load, now and then) has lost its messages: say so now, not
-			// at the deadline.
+			// at the deadline. A consumer that reconnected first has
+			// declared dest again, empty, so the broker's own account of
+			// the queues it recovered is the one to go by.
+			lost := func(why string) error {
+				return inconclusive{fmt.Sprintf("%s lost its durable queue %s and the messages in it in the SIGKILL restart (%d of %d consumed before): a broker fault, so nothing can be concluded (%s)",
+					v.name, dest, settled, len(t.keys), why)}
+			}
+			if recovers {
+				if n, ok := recoveredAfter(ctx, rec.ClassicRecoveries, boots); ok && n == 0 {
+					return lost("its log: it recovered 0 classic queues")
+				}
+			}
 			if _, err := v.pending(ctx, url, dest); err != nil && strings.Contains(err.Error(), "NOT_FOUND") {
-				return inconclusive{fmt.Sprintf("%s lost its durable queue %s and the messages in it in the SIGKILL restart (%d of %d consumed before): a broker fault, so nothing can be concluded (%v)",
-					v.name, dest, settled, len(t.keys), err)}
+				return lost(err.Error())
 			}
 		}
 		if settled == len(t.keys) {
@@ -228,6 +244,21 @@ func runBrokerRedelivery(ctx context.Context, t *trial) error {
 		errs = append(errs, p.wait(ctx, true))
 	}
 	return errors.Join(errs...)
+}
+
+// recoveredAfter waits, for at most 10 s, for the broker's log to account
+// for a boot after the first boots, and returns how many classic queues
+// that boot recovered; ok is false if the log does not say.
+func recoveredAfter(ctx context.Context, recoveries func() (int, int), boots int) (n int, ok bool) {
+	for range 100 {
+		if b, last := recoveries(); b > boots {
+			return last, true
+		}
+		if sleep(ctx, 100*time.Millisecond) != nil {
+			break
+		}
+	}
+	return 0, false
 }
 
 // brokerState says, for a trial that timed out, what the broker holds of

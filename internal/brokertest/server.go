@@ -333,6 +333,31 @@ func (s *Server) LogErrors(n int) string {
 	return string(bytes.Join(out[max(0, len(out)-n):], []byte("\n")))
 }
 
+// classicRecovery is the line RabbitMQ logs at each boot for its classic
+// queues: "Recovering N queues of type rabbit_classic_queue took …".
+const classicRecovery = "queues of type rabbit_classic_queue"
+
+// ClassicRecoveries returns, from a RabbitMQ server's log, how many times
+// it has booted and recovered its classic queues, and how many it
+// recovered the last time: a durable queue that a restart did not recover
+// is gone with its messages (RabbitMQ 3.10 under load, now and then), even
+// once a client has declared it again.
+func (s *Server) ClassicRecoveries() (boots, last int) {
+	b, _ := os.ReadFile(filepath.Join(s.dir, "server.log"))
+	for line := range bytes.Lines(b) {
+		_, rest, ok := bytes.Cut(line, []byte("Recovering "))
+		if !ok || !bytes.Contains(rest, []byte(classicRecovery)) {
+			continue
+		}
+		n, err := strconv.Atoi(string(bytes.Fields(rest)[0]))
+		if err != nil {
+			continue
+		}
+		boots, last = boots+1, n
+	}
+	return boots, last
+}
+
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

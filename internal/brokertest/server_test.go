@@ -3,6 +3,8 @@ package brokertest
 import (
 	"context"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -105,5 +107,28 @@ func TestRabbitMQStartSeesAFailedBoot(t *testing.T) {
 	}
 	if err := s.Start(ctx); err != nil {
 		t.Fatalf("once the ports are free: %v", err)
+	}
+}
+
+// ClassicRecoveries reads RabbitMQ's own account of the classic queues
+// each boot recovered: the second boot here lost the queue the first
+// one's clients declared.
+func TestClassicRecoveries(t *testing.T) {
+	t.Parallel()
+	s := &Server{dir: t.TempDir()}
+	if boots, _ := s.ClassicRecoveries(); boots != 0 {
+		t.Fatalf("no log: %d boots", boots)
+	}
+	log := `2026-12-03 19:25:01.1+00:00 [info] <0.611.0> Recovering 0 queues of type rabbit_classic_queue took 2ms
+2026-12-03 19:25:01.1+00:00 [info] <0.611.0> Recovering 0 queues of type rabbit_quorum_queue took 0ms
+2026-12-03 19:25:09.2+00:00 [info] <0.611.0> Recovering 1 queues of type rabbit_classic_queue took 3ms
+2026-12-03 19:25:18.2+00:00 [info] <0.611.0> Recovering 0 queues of type rabbit_classic_queue took 3ms
+2026-12-03 19:25:18.2+00:00 [info] <0.611.0> Recovering 2 queues of type rabbit_stream_queue took 0ms
+`
+	if err := os.WriteFile(filepath.Join(s.dir, "server.log"), []byte(log), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if boots, last := s.ClassicRecoveries(); boots != 3 || last != 0 {
+		t.Fatalf("%d boots, last recovered %d; want 3 and 0", boots, last)
 	}
 }
