@@ -173,36 +173,61 @@ func New(l *idem.Ledger, cfg *Config) (*Gateway, error) {
 	return g, nil
 }
 
-// pointBack rewrites a Location or Content-Location that points at the
-// upstream itself (it builds absolute URLs from the Host it was sent, the
-// upstream's) to the gateway as the client reached it: the scheme and
-// host of the X-Forwarded-Proto and X-Forwarded-Host sent with the
-// request (the gateway's own view, or a trusted proxy's), the upstream's
-// path prefix taken off, as nginx's proxy_redirect default does. Left
-// as it was, a client following it, a redirect of a POST (307) with its
-// key for one, would reach the upstream past the gateway, unguarded.
-// Other URLs, and relative ones, are left alone.
+// pointBack rewrites the URLs of an answer's Location, Content-Location
+// and Link fields that point at the upstream itself (it builds absolute
+// URLs from the Host it was sent, the upstream's) to the gateway as the
+// client reached it: the scheme and host of the X-Forwarded-Proto and
+// X-Forwarded-Host sent with the request (the gateway's own view, or a
+// trusted proxy's), the upstream's path prefix taken off, as nginx's
+// proxy_redirect default does for Location. Left as they were, a client
+// following one (a redirect of a POST with its key, a page's next link)
+// would reach the upstream past the gateway, or an address it cannot
+// reach. Other URLs, and relative ones, are left alone.
 func pointBack(resp *http.Response, upstream *url.URL) {
 	out := resp.Request
-	for _, name := range [...]string{"Location", "Content-Location"} {
-		v := resp.Header.Get(name)
-		if v == "" || !strings.Contains(v, "://") {
-			continue
-		}
+	proto, host := first(out.Header.Get("X-Forwarded-Proto")), first(out.Header.Get("X-Forwarded-Host"))
+	if proto == "" || host == "" {
+		return
+	}
+	public := func(v string) string {
 		u, err := url.Parse(v)
 		if err != nil {
-			continue
+			return v
 		}
 		rest, ok := underUpstream(upstream, u)
 		if !ok {
-			continue
-		}
-		proto, host := first(out.Header.Get("X-Forwarded-Proto")), first(out.Header.Get("X-Forwarded-Host"))
-		if proto == "" || host == "" {
-			continue
+			return v
 		}
 		u.Scheme, u.Host, u.Path, u.RawPath = proto, host, cmp.Or(rest, "/"), ""
-		resp.Header.Set(name, u.String())
+		return u.String()
+	}
+	for _, name := range [...]string{"Location", "Content-Location"} {
+		if v := resp.Header.Get(name); strings.Contains(v, "://") {
+			resp.Header.Set(name, public(v))
+		}
+	}
+	links := resp.Header["Link"]
+	for i, v := range links {
+		if strings.Contains(v, "://") {
+			links[i] = linkTargets(v, public)
+		}
+	}
+}
+
+// linkTargets returns a Link field value (RFC 8288: "<uri>; rel=next,
+// <uri>; rel=last") with each target URI replaced by f of it.
+func linkTargets(v string, f func(string) string) string {
+	var b strings.Builder
+	for {
+		i := strings.IndexByte(v, '<')
+		j := strings.IndexByte(v[i+1:], '>')
+		if i < 0 || j < 0 {
+			b.WriteString(v)
+			return b.String()
+		}
+		b.WriteString(v[:i+1])
+		b.WriteString(f(v[i+1 : i+1+j]))
+		v = v[i+1+j:]
 	}
 }
 

@@ -52,6 +52,7 @@ func (u *redirecting) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusSeeOther)
 	default:
 		w.Header().Set("Location", abs+"/charges/ch_"+string(rune('0'+n)))
+		w.Header().Set("Link", "<"+abs+"/charges?page=2>; rel=\"next\", <https://docs.example/charges>; rel=\"help\"")
 		w.WriteHeader(http.StatusCreated)
 		io.WriteString(w, r.URL.Path+" "+string(b))
 	}
@@ -106,6 +107,9 @@ func TestRedirectToItself(t *testing.T) {
 				}
 				if loc := a.header.Get("Location"); loc != "http://"+gwHost+"/charges/ch_1" {
 					t.Errorf("POST %s: Location %q, want the gateway's", tt.path, loc)
+				}
+				if link := a.header.Get("Link"); link != `<http://`+gwHost+`/charges?page=2>; rel="next", <https://docs.example/charges>; rel="help"` {
+					t.Errorf("POST %s: Link %q, want the next page's at the gateway and the help link as it was", tt.path, link)
 				}
 				if loc := b.header.Get("Location"); loc != a.header.Get("Location") {
 					t.Errorf("POST %s: the replay's Location %q, want %q", tt.path, loc, a.header.Get("Location"))
