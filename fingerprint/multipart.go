@@ -10,6 +10,7 @@ import (
 	"io"
 	"mime"
 	"mime/multipart"
+	"net/url"
 	"slices"
 	"strings"
 )
@@ -39,24 +40,12 @@ type multipartPart struct {
 // its closing delimiter, is not multipart here (ok false), and its
 // fingerprint is Bytes.
 func multipartSum(body []byte, skip map[string]bool) (sum [sha256.Size]byte, ok bool) {
-	boundary, ok := firstBoundary(body)
-	if !ok {
-		return sum, false
-	}
-	mr := multipart.NewReader(bytes.NewReader(body), boundary)
 	var parts []multipartPart
 	h := sha256.New()
-	for {
-		p, err := mr.NextPart()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return sum, false
-		}
+	ok = eachPart(body, func(p *multipart.Part) error {
 		name := p.FormName()
 		if skip[name] {
-			continue
+			return nil
 		}
 		h.Reset()
 		mt, _, _ := mime.ParseMediaType(p.Header.Get("Content-Type"))
@@ -64,11 +53,15 @@ func multipartSum(body []byte, skip map[string]bool) (sum [sha256.Size]byte, ok 
 			writeLen(h, s)
 		}
 		if _, err := io.Copy(h, p); err != nil {
-			return sum, false
+			return err
 		}
 		part := multipartPart{name: name}
 		h.Sum(part.sum[:0])
 		parts = append(parts, part)
+		return nil
+	})
+	if !ok {
+		return sum, false
 	}
 	slices.SortStableFunc(parts, func(a, b multipartPart) int { return cmp.Compare(a.name, b.name) })
 	h.Reset()
@@ -77,6 +70,48 @@ func multipartSum(body []byte, skip map[string]bool) (sum [sha256.Size]byte, ok 
 	}
 	h.Sum(sum[:0])
 	return sum, true
+}
+
+// MultipartFields returns the fields of a multipart/form-data body that
+// are not files (an HTML form with a file input posts one: its hidden
+// fields are these), read from the parts the fingerprint counts; ok is
+// false for a body that is not multipart as the fingerprint reads it
+// (see HTTPInput).
+func MultipartFields(body []byte) (fields url.Values, ok bool) {
+	fields = url.Values{}
+	ok = eachPart(body, func(p *multipart.Part) error {
+		if p.FileName() != "" {
+			return nil
+		}
+		v, err := io.ReadAll(p)
+		fields.Add(p.FormName(), string(v))
+		return err
+	})
+	if !ok {
+		return nil, false
+	}
+	return fields, true
+}
+
+// eachPart calls fn with each part of a multipart body in turn, the
+// boundary being the body's first line; it reports false for a body that
+// does not start with one, or does not parse to its closing delimiter, or
+// when fn fails.
+func eachPart(body []byte, fn func(*multipart.Part) error) bool {
+	boundary, ok := firstBoundary(body)
+	if !ok {
+		return false
+	}
+	mr := multipart.NewReader(bytes.NewReader(body), boundary)
+	for {
+		p, err := mr.NextPart()
+		if errors.Is(err, io.EOF) {
+			return true
+		}
+		if err != nil || fn(p) != nil {
+			return false
+		}
+	}
 }
 
 // writeLen writes s to h after its length, so that no two lists of

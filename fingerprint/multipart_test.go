@@ -139,3 +139,19 @@ func FuzzMultipart(f *testing.F) {
 		}
 	})
 }
+
+// MultipartFields reads the fields that are not files from the parts the
+// fingerprint counts, whatever the boundary; a body that is not multipart
+// as the fingerprint reads it is not ok.
+func TestMultipartFields(t *testing.T) {
+	t.Parallel()
+	body := form(t, "any", [4]string{"idempotency_key", "", "", "form-1"}, [4]string{"receipt", "r.pdf", "application/pdf", "%PDF"},
+		[4]string{"tag", "", "", "a"}, [4]string{"tag", "", "", "b"})
+	f, ok := MultipartFields(body)
+	if !ok || f.Get("idempotency_key") != "form-1" || len(f["tag"]) != 2 || f.Has("receipt") {
+		t.Fatalf("%v %v", f, ok)
+	}
+	if f, ok := MultipartFields([]byte("--b\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\n1")); ok {
+		t.Fatalf("unterminated body: %v", f)
+	}
+}

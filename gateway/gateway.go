@@ -184,6 +184,10 @@ func New(l *idem.Ledger, cfg *Config) (*Gateway, error) {
 // would reach the upstream past the gateway, or an address it cannot
 // reach. Other URLs, and relative ones, are left alone.
 func pointBack(resp *http.Response, upstream *url.URL) {
+	h := resp.Header
+	if !strings.Contains(h.Get("Location"), "://") && !strings.Contains(h.Get("Content-Location"), "://") && h["Link"] == nil {
+		return // most answers: nothing to rewrite, nothing spent
+	}
 	out := resp.Request
 	proto, host := first(out.Header.Get("X-Forwarded-Proto")), first(out.Header.Get("X-Forwarded-Host"))
 	if proto == "" || host == "" {
@@ -202,11 +206,11 @@ func pointBack(resp *http.Response, upstream *url.URL) {
 		return u.String()
 	}
 	for _, name := range [...]string{"Location", "Content-Location"} {
-		if v := resp.Header.Get(name); strings.Contains(v, "://") {
-			resp.Header.Set(name, public(v))
+		if v := h.Get(name); strings.Contains(v, "://") {
+			h.Set(name, public(v))
 		}
 	}
-	links := resp.Header["Link"]
+	links := h["Link"]
 	for i, v := range links {
 		if strings.Contains(v, "://") {
 			links[i] = linkTargets(v, public)

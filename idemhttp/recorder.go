@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 )
@@ -254,12 +253,7 @@ func (r *recorder) send() {
 	}
 	status, h, body := r.result()
 	dst := r.w.Header()
-	trailers := trailerNames(h)
-	for k, v := range h {
-		if !slices.Contains(trailers, k) {
-			dst[k] = v
-		}
-	}
+	trailers := copyHeaderButTrailers(dst, h)
 	if !bodyAllowed(status) {
 		dst.Del("Content-Length")
 		r.w.WriteHeader(status)
@@ -282,26 +276,35 @@ func (r *recorder) send() {
 	}
 }
 
-// trailerNames returns the fields of h that the handler meant as trailers:
-// those its Trailer field announced, and those set with http.TrailerPrefix
-// (a reverse proxy sets an upstream's trailers in one of these ways once
-// the body is copied). The first answer sends them after the body, as
-// trailers; a replay has none (they are not stored).
-func trailerNames(h http.Header) []string {
-	var names []string
-	for _, v := range h["Trailer"] {
+// copyHeaderButTrailers copies h to dst but for the fields the handler
+// meant as trailers, whose names it returns: those h's Trailer field
+// announced, and those set with http.TrailerPrefix (a reverse proxy sets
+// an upstream's trailers in one of these ways once the body is copied).
+// The first answer sends them after the body, as trailers; a replay has
+// none (they are not stored). One pass, as copyHeader's, for the answers
+// (nearly all) that have none.
+func copyHeaderButTrailers(dst, h http.Header) (trailers []string) {
+	announced := h["Trailer"]
+	for k, v := range h {
+		if strings.HasPrefix(k, http.TrailerPrefix) || (announced != nil && isAnnounced(announced, k)) {
+			trailers = append(trailers, k)
+			continue
+		}
+		dst[k] = v
+	}
+	return trailers
+}
+
+// isAnnounced reports whether a Trailer field's values name the field k.
+func isAnnounced(announced []string, k string) bool {
+	for _, v := range announced {
 		for name := range strings.SplitSeq(v, ",") {
-			if name = http.CanonicalHeaderKey(strings.TrimSpace(name)); name != "" {
-				names = append(names, name)
+			if http.CanonicalHeaderKey(strings.TrimSpace(name)) == k {
+				return true
 			}
 		}
 	}
-	for k := range h {
-		if strings.HasPrefix(k, http.TrailerPrefix) {
-			names = append(names, k)
-		}
-	}
-	return names
+	return false
 }
 
 // discard forgets the handler's response, for answering with a problem

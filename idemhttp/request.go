@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
-	"mime/multipart"
 	"net/http"
 	"net/url"
 	"os"
@@ -63,7 +61,7 @@ func (c *config) prepare(r *http.Request, secret func() ([]byte, error), into *p
 		return nil, prob
 	}
 	mt := mediaType(r)
-	form, fields, prob := c.forms(r, mt, content)
+	form, fields, prob := c.forms(mt, content)
 	if prob != nil {
 		return nil, prob
 	}
@@ -145,16 +143,16 @@ func (c *config) content(r *http.Request, body []byte) (content []byte, coding s
 // forms returns content parsed as a form, for the fingerprint (nil unless
 // it is urlencoded), and the fields a key is read from under KeyFrom
 // "form:NAME" (a multipart form's fields that are not files too).
-func (c *config) forms(r *http.Request, mt string, content []byte) (form, fields url.Values, _ *Problem) {
+func (c *config) forms(mt string, content []byte) (form, fields url.Values, _ *Problem) {
 	bad := func(what string, err error) *Problem {
 		return &Problem{Type: ProblemBodyInvalid, Title: "Malformed form body", Status: http.StatusBadRequest,
 			Detail: fmt.Sprintf("The key is read from %s, but the %s: %v.", c.key, what, err)}
 	}
 	switch {
 	case mt == multipartType && c.key.kind == keyForm:
-		f, err := multipartFields(r.Header.Get("Content-Type"), content)
-		if err != nil {
-			return nil, nil, bad("multipart body is not a form", err)
+		f, ok := fingerprint.MultipartFields(content)
+		if !ok {
+			return nil, nil, bad("multipart body is not a form", errors.New("its parts do not parse"))
 		}
 		return nil, f, nil
 	case mt == formType || c.key.kind == keyForm:
@@ -247,32 +245,3 @@ func checkScope(s string) error {
 }
 
 const multipartType = fingerprint.MultipartMediaType
-
-// multipartFields returns the fields of a multipart/form-data body that
-// are not files (an HTML form with a file input posts one), for a key read
-// from a form field: a form's hidden idempotency field next to a file.
-func multipartFields(contentType string, body []byte) (url.Values, error) {
-	_, params, err := mime.ParseMediaType(contentType)
-	if err != nil || params["boundary"] == "" {
-		return nil, errors.New("no boundary in its Content-Type")
-	}
-	mr := multipart.NewReader(bytes.NewReader(body), params["boundary"])
-	fields := url.Values{}
-	for {
-		p, err := mr.NextPart()
-		if errors.Is(err, io.EOF) {
-			return fields, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		if p.FileName() != "" {
-			continue
-		}
-		v, err := io.ReadAll(p)
-		if err != nil {
-			return nil, err
-		}
-		fields.Add(p.FormName(), string(v))
-	}
-}

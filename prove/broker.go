@@ -194,12 +194,7 @@ func runBrokerRedelivery(ctx context.Context, t *trial) error {
 		}
 		if !restarted && settled >= len(t.keys)/3 {
 			restarted = true
-			rec, recovers := srv.(interface{ ClassicRecoveries() (int, int) })
-			var boots int
-			if recovers {
-				boots, _ = rec.ClassicRecoveries()
-				recovers = boots > 0 // a broker whose log says nothing of it (NATS)
-			}
+			boots := classicBoots(srv)
 			srv.Kill()
 			if err := srv.Start(ctx); err != nil {
 				return fmt.Errorf("restarting %s: %w", v.name, err)
@@ -213,10 +208,8 @@ func runBrokerRedelivery(ctx context.Context, t *trial) error {
 				return inconclusive{fmt.Sprintf("%s lost its durable queue %s and the messages in it in the SIGKILL restart (%d of %d consumed before): a broker fault, so nothing can be concluded (%s)",
 					v.name, dest, settled, len(t.keys), why)}
 			}
-			if recovers {
-				if n, ok := recoveredAfter(ctx, rec.ClassicRecoveries, boots); ok && n == 0 {
-					return lost("its log: it recovered 0 classic queues")
-				}
+			if n, ok := recoveredAfter(ctx, srv, boots); ok && n == 0 {
+				return lost("its log: it recovered 0 classic queues")
 			}
 			if _, err := v.pending(ctx, url, dest); err != nil && strings.Contains(err.Error(), "NOT_FOUND") {
 				return lost(err.Error())
@@ -246,12 +239,30 @@ func runBrokerRedelivery(ctx context.Context, t *trial) error {
 	return errors.Join(errs...)
 }
 
-// recoveredAfter waits, for at most 10 s, for the broker's log to account
-// for a boot after the first boots, and returns how many classic queues
-// that boot recovered; ok is false if the log does not say.
-func recoveredAfter(ctx context.Context, recoveries func() (int, int), boots int) (n int, ok bool) {
+// classicRecoverer is a broker whose log accounts for the classic queues
+// each boot recovered (brokertest.Server, for RabbitMQ).
+type classicRecoverer interface{ ClassicRecoveries() (boots, last int) }
+
+// classicBoots is how many boots srv's log accounts for: 0 for a broker
+// whose log says nothing of it (NATS).
+func classicBoots(srv brokerServer) int {
+	if rec, ok := srv.(classicRecoverer); ok {
+		boots, _ := rec.ClassicRecoveries()
+		return boots
+	}
+	return 0
+}
+
+// recoveredAfter waits, for at most 10 s, for srv's log to account for a
+// boot after the first boots, and returns how many classic queues that
+// boot recovered; ok is false if the log does not say (or never did).
+func recoveredAfter(ctx context.Context, srv brokerServer, boots int) (n int, ok bool) {
+	rec, can := srv.(classicRecoverer)
+	if !can || boots == 0 {
+		return 0, false
+	}
 	for range 100 {
-		if b, last := recoveries(); b > boots {
+		if b, last := rec.ClassicRecoveries(); b > boots {
 			return last, true
 		}
 		if sleep(ctx, 100*time.Millisecond) != nil {
