@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/netip"
@@ -84,4 +85,46 @@ func TestForwardedHeaders(t *testing.T) {
 func splitHeader(h string) (name, value string, ok bool) {
 	name, value, ok = strings.Cut(h, ":")
 	return name, strings.TrimSpace(value), ok
+}
+
+// PreserveHost sends the upstream the Host the client asked for, guarded
+// or not; by default the upstream gets its own. A Location the upstream
+// builds from the Host it got then names the public host already and is
+// passed on as it is.
+func TestPreserveHost(t *testing.T) {
+	t.Parallel()
+	l := openLedger(t, "sqlite")
+	up := newUpstream()
+	up.handle = func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Location", "http://"+r.Host+"/charges/1")
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, r.Host)
+	}
+	upURL := serveQuiet(t, up).URL
+	upHost := strings.TrimPrefix(upURL, "http://")
+	for _, tt := range []struct {
+		preserve bool
+		want     string
+	}{{false, upHost}, {true, "api.example.com"}} {
+		gw := newGateway(t, l, upURL, &gateway.Config{PreserveHost: tt.preserve})
+		for _, method := range []string{"POST", "GET"} {
+			req, _ := http.NewRequest(method, gw+"/charges", strings.NewReader(`{}`))
+			req.Host = "api.example.com"
+			req.Header.Set("Idempotency-Key", fmt.Sprintf("host-%v", tt.preserve))
+			req.Header.Set("Authorization", "Bearer a")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusCreated || string(b) != tt.want {
+				t.Errorf("PreserveHost %v, %s: %d, upstream got Host %q, want %q", tt.preserve, method, resp.StatusCode, b, tt.want)
+			}
+			if loc := resp.Header.Get("Location"); loc != "http://api.example.com/charges/1" {
+				t.Errorf("PreserveHost %v, %s: Location %q, want the public host's", tt.preserve, method, loc)
+			}
+		}
+	}
 }

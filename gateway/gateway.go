@@ -86,6 +86,13 @@ type Config struct {
 	// drops Forwarded, so that a client cannot tell the upstream it came
 	// from elsewhere.
 	TrustedProxies []netip.Prefix
+	// PreserveHost sends the upstream the Host the client asked for
+	// (api.example.com) instead of the upstream's own: for an upstream
+	// that serves several sites by name, or checks the host it is called
+	// by. The connection still goes to Upstream, and TLS to it verifies
+	// Upstream's name. Off by default: the upstream gets its own host, and
+	// the client's in X-Forwarded-Host.
+	PreserveHost bool
 }
 
 // Route is a policy for the requests one net/http ServeMux pattern
@@ -137,6 +144,9 @@ func New(l *idem.Ledger, cfg *Config) (*Gateway, error) {
 	f.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(upstream)
+			if c.PreserveHost {
+				pr.Out.Host = pr.In.Host
+			}
 			trusted := trusts(c.TrustedProxies, pr.In.RemoteAddr)
 			if trusted {
 				pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"] // appended to

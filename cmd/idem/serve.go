@@ -75,6 +75,7 @@ type serveConfig struct {
 	ledgerOpts                    idem.Options
 	upstreamURL                   *url.URL
 	trustedProxies                string // --trusted-proxies
+	preserveHost                  bool
 	trusted                       []netip.Prefix
 	tlsCert, tlsKey, clientCA     string      // --tls-cert, --tls-key, --client-ca
 	tlsConfig                     *tls.Config // from them; nil: plain HTTP
@@ -117,6 +118,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.StringVar(&c.tlsCert, "tls-cert", "", "PEM `file` of the gateway's TLS certificate (chain): serve HTTPS, and HTTP/2, on --listen; needs --tls-key")
 	fs.StringVar(&c.tlsKey, "tls-key", "", "PEM `file` of the private key of --tls-cert")
 	fs.StringVar(&c.clientCA, "client-ca", "", "PEM `file` of the CAs whose client certificates the gateway accepts (mutual TLS), for --scope-header client-cert; needs --tls-cert")
+	fs.BoolVar(&c.preserveHost, "preserve-host", false, "send the upstream the Host the client asked for, not the upstream's own (the connection still goes to --upstream)")
 	fs.StringVar(&c.trustedProxies, "trusted-proxies", "", "comma-separated `addresses` (IPs or CIDRs, e.g. 10.0.0.0/8) of the load balancers in front of the gateway: from them X-Forwarded-For is appended to and X-Forwarded-Host, -Proto and Forwarded are passed on; from any other peer the gateway sets them itself")
 	fs.StringVar(&c.configFile, "config", "", "YAML `file` of per-route policies (docs/http.md#per-route-policies); the flags are the defaults routes inherit; SIGHUP reloads it")
 	fs.BoolVar(&c.checkOnly, "check", false, "check the flags and --config file, then exit: 0 if valid, 2 if not (--upstream not needed)")
@@ -480,7 +482,7 @@ func (c *serveConfig) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr 
 	}
 
 	gw, err := gateway.New(l, &gateway.Config{Upstream: c.upstreamURL, Options: &c.idemOpts, Timeout: c.timeout, ReadTimeout: c.readTimeout,
-		Logger: log, AddedLatency: m.GatewayAdded, Routes: c.routes, TrustedProxies: c.trusted})
+		Logger: log, AddedLatency: m.GatewayAdded, Routes: c.routes, TrustedProxies: c.trusted, PreserveHost: c.preserveHost})
 	if err != nil {
 		fmt.Fprintf(stderr, "idem serve: %v\n", err)
 		return 2

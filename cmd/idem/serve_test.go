@@ -464,6 +464,37 @@ func TestServeMemoryLimit(t *testing.T) {
 	}
 }
 
+// --preserve-host sends the upstream the Host the client asked for.
+func TestServePreserveHost(t *testing.T) {
+	t.Parallel()
+	up := upstreamServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, r.Host)
+	}))
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{nil, strings.TrimPrefix(up, "http://")},
+		{[]string{"--preserve-host"}, "api.example.com"},
+	} {
+		gw := startGateway(t, nil, append([]string{"--upstream", up, "--db", testDB(t, "sqlite")}, tt.args...)...)
+		req, _ := http.NewRequest("POST", gw.url+"/charges", strings.NewReader(`{}`))
+		req.Host = "api.example.com"
+		req.Header.Set("Idempotency-Key", "host-1")
+		req.Header.Set("Authorization", "Bearer a")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 201 || string(b) != tt.want {
+			t.Fatalf("%v: %d, the upstream saw Host %q, want %q", tt.args, resp.StatusCode, b, tt.want)
+		}
+	}
+}
+
 // --trusted-proxies: behind a load balancer on a trusted address the
 // upstream gets the client's address and https as the balancer set them;
 // without the flag the gateway sets them itself. A bad address is named.
