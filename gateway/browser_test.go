@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/chromedp/chromedp"
+	"github.com/idemdev/idem/gateway"
 	"github.com/idemdev/idem/internal/browsertest"
 )
 
@@ -112,5 +113,79 @@ func TestReplayCarriesCORSFields(t *testing.T) {
 	r = post(t, gw+"/plain", `{}`, "Idempotency-Key: plain", "Authorization: Bearer c")
 	if r.header.Get("Idempotent-Replayed") != "true" || len(r.header.Values("Access-Control-Expose-Headers")) != 0 {
 		t.Errorf("replay of an answer without CORS fields: %v", r.header)
+	}
+}
+
+// A double click whose second fetch comes while the first is still at
+// the API: the gateway answers 409 request-in-flight itself. With the
+// page's origin in CORSOrigins the page reads that 409 and its
+// Retry-After; without, the browser hides the gateway's answer and the
+// fetch fails as if the network had. One effect either way.
+func TestBrowserReadsInFlightAcrossOrigins(t *testing.T) {
+	t.Parallel()
+	ctx := browsertest.Browser(t)
+	var arrived, release chan struct{}
+	page := serveQuiet(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/ready": // answers once the first charge is at the API
+			<-arrived
+		case "/release":
+			close(release)
+		default:
+			w.Header().Set("Content-Type", "text/html")
+			io.WriteString(w, "<!doctype html><title>checkout</title>")
+		}
+	}))
+	var effects atomic.Int64
+	up := newUpstream()
+	up.handle = func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Access-Control-Allow-Origin", page.URL)
+		if r.Method == http.MethodOptions {
+			w.Header().Set("Access-Control-Allow-Methods", "POST")
+			w.Header().Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Idempotency-Key")
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		effects.Add(1)
+		close(arrived)
+		<-release
+		w.WriteHeader(http.StatusCreated)
+	}
+	upURL := serveQuiet(t, up).URL
+	if err := chromedp.Do(ctx, chromedp.Navigate(page.URL)); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		origins []string
+		key     string
+		want    string
+	}{
+		{[]string{page.URL}, "click-cors", `[{"status":201},{"status":409,"retryAfter":true}]`},
+		{nil, "click-plain", `[{"status":201},{"error":"TypeError: Failed to fetch"}]`},
+	} {
+		arrived, release = make(chan struct{}), make(chan struct{})
+		effects.Store(0)
+		gw := newGateway(t, openLedger(t, "sqlite"), upURL, &gateway.Config{CORSOrigins: tt.origins})
+		script := fmt.Sprintf(`(async () => {
+			const send = () => fetch(%q, {method: "POST", body: '{"amount":1000}', headers: {
+				"Authorization": "Bearer browser", "Content-Type": "application/json", "Idempotency-Key": %q}})
+				.then(r => r.status == 409 ? {status: r.status, retryAfter: r.headers.get("Retry-After") !== null} : {status: r.status},
+					e => ({error: String(e)}));
+			const first = send();
+			await fetch("/ready");
+			const second = await send();
+			await fetch("/release");
+			return JSON.stringify([await first, second]);
+		})()`, gw+"/charges", tt.key)
+		got, err := chromedp.Run(ctx, chromedp.Evaluate[string](script, chromedp.EvalAwaitPromise))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != tt.want {
+			t.Errorf("CORSOrigins %v: the page's fetches %s, want %s", tt.origins, got, tt.want)
+		}
+		if n := effects.Load(); n != 1 {
+			t.Errorf("CORSOrigins %v: %d charges, want 1", tt.origins, n)
+		}
 	}
 }

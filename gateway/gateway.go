@@ -93,6 +93,18 @@ type Config struct {
 	// Upstream's name. Off by default: the upstream gets its own host, and
 	// the client's in X-Forwarded-Host.
 	PreserveHost bool
+	// CORSOrigins are the origins of the pages that may read the
+	// gateway's own answers across origins: exact origins
+	// (https://shop.example) or "*". Its answers (409 request-in-flight,
+	// 422 key-mismatch, …) then carry Access-Control-Allow-Origin for a
+	// request from one of them, with Access-Control-Allow-Credentials for
+	// a named origin, and expose Retry-After, so that a page's second
+	// fetch of a double submit reads the 409 instead of failing as if the
+	// network had. The upstream's answers and their replays keep the
+	// upstream's own CORS fields, and preflight OPTIONS requests still go
+	// to the upstream: the list widens no policy of the upstream's. Empty
+	// by default: the gateway's own answers carry no CORS fields.
+	CORSOrigins []string
 }
 
 // Route is a policy for the requests one net/http ServeMux pattern
@@ -117,6 +129,7 @@ type Gateway struct {
 	added       func(time.Duration)
 	handler     atomic.Pointer[http.Handler]
 	readTimeout time.Duration
+	cors        *corsPolicy
 }
 
 // New builds a gateway on l. The error names every bad option.
@@ -127,6 +140,9 @@ func New(l *idem.Ledger, cfg *Config) (*Gateway, error) {
 	}
 	if c.Upstream == nil || (c.Upstream.Scheme != "http" && c.Upstream.Scheme != "https") || c.Upstream.Host == "" {
 		return nil, fmt.Errorf("gateway: upstream %v: want an http:// or https:// URL with a host", c.Upstream)
+	}
+	if err := CheckCORSOrigins(c.CORSOrigins); err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	if c.Timeout < 0 || c.ReadTimeout < 0 {
 		return nil, fmt.Errorf("gateway: timeout %v or read timeout %v is negative", c.Timeout, c.ReadTimeout)
@@ -168,6 +184,7 @@ func New(l *idem.Ledger, cfg *Config) (*Gateway, error) {
 			}
 		},
 		ModifyResponse: func(resp *http.Response) error {
+			markAnswered(resp)
 			pointBack(resp, upstream)
 			return nil
 		},
@@ -176,7 +193,7 @@ func New(l *idem.Ledger, cfg *Config) (*Gateway, error) {
 		ErrorHandler: f.upstreamFailed,
 		ErrorLog:     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	g := &Gateway{l: l, fwd: f, log: log, added: c.AddedLatency, readTimeout: c.ReadTimeout}
+	g := &Gateway{l: l, fwd: f, log: log, added: c.AddedLatency, readTimeout: c.ReadTimeout, cors: newCORSPolicy(c.CORSOrigins)}
 	if err := g.SetRoutes(c.Options, c.Routes); err != nil {
 		return nil, err
 	}
@@ -384,6 +401,7 @@ type timedRequest struct {
 // ServeHTTP guards r and forwards it: idemhttp's middleware in front of
 // the forwarder, with the whole request read under the read timeout.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w, r = g.cors.withCORS(w, r)
 	if g.readTimeout > 0 && r.Body != nil && r.Body != http.NoBody {
 		rc := http.NewResponseController(w)
 		if rc.SetReadDeadline(time.Now().Add(g.readTimeout)) == nil {

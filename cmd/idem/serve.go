@@ -76,6 +76,8 @@ type serveConfig struct {
 	upstreamURL                   *url.URL
 	trustedProxies                string // --trusted-proxies
 	preserveHost                  bool
+	cors                          string // --cors-origins
+	corsOrigins                   []string
 	trusted                       []netip.Prefix
 	tlsCert, tlsKey, clientCA     string      // --tls-cert, --tls-key, --client-ca
 	tlsConfig                     *tls.Config // from them; nil: plain HTTP
@@ -118,6 +120,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.StringVar(&c.tlsCert, "tls-cert", "", "PEM `file` of the gateway's TLS certificate (chain): serve HTTPS, and HTTP/2, on --listen; needs --tls-key")
 	fs.StringVar(&c.tlsKey, "tls-key", "", "PEM `file` of the private key of --tls-cert")
 	fs.StringVar(&c.clientCA, "client-ca", "", "PEM `file` of the CAs whose client certificates the gateway accepts (mutual TLS), for --scope-header client-cert; needs --tls-cert")
+	fs.StringVar(&c.cors, "cors-origins", "", "comma-separated `origins` (https://shop.example, or *) of the pages that may read the gateway's own answers (409, 422, …) across origins; the upstream's answers keep its own CORS fields")
 	fs.BoolVar(&c.preserveHost, "preserve-host", false, "send the upstream the Host the client asked for, not the upstream's own (the connection still goes to --upstream)")
 	fs.StringVar(&c.trustedProxies, "trusted-proxies", "", "comma-separated `addresses` (IPs or CIDRs, e.g. 10.0.0.0/8) of the load balancers in front of the gateway: from them X-Forwarded-For is appended to and X-Forwarded-Host, -Proto and Forwarded are passed on; from any other peer the gateway sets them itself")
 	fs.StringVar(&c.configFile, "config", "", "YAML `file` of per-route policies (docs/http.md#per-route-policies); the flags are the defaults routes inherit; SIGHUP reloads it")
@@ -223,6 +226,14 @@ func (c *serveConfig) check() []error {
 		errs = append(errs, err)
 	} else {
 		c.tlsConfig = cfg
+	}
+	for o := range strings.SplitSeq(c.cors, ",") {
+		if o = strings.TrimSpace(o); o != "" {
+			c.corsOrigins = append(c.corsOrigins, o)
+		}
+	}
+	if err := gateway.CheckCORSOrigins(c.corsOrigins); err != nil {
+		bad("cors-origins", "%v", err)
 	}
 	if trusted, err := parseProxies(c.trustedProxies); err != nil {
 		bad("trusted-proxies", "%v", err)
@@ -482,7 +493,7 @@ func (c *serveConfig) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr 
 	}
 
 	gw, err := gateway.New(l, &gateway.Config{Upstream: c.upstreamURL, Options: &c.idemOpts, Timeout: c.timeout, ReadTimeout: c.readTimeout,
-		Logger: log, AddedLatency: m.GatewayAdded, Routes: c.routes, TrustedProxies: c.trusted, PreserveHost: c.preserveHost})
+		Logger: log, AddedLatency: m.GatewayAdded, Routes: c.routes, TrustedProxies: c.trusted, PreserveHost: c.preserveHost, CORSOrigins: c.corsOrigins})
 	if err != nil {
 		fmt.Fprintf(stderr, "idem serve: %v\n", err)
 		return 2

@@ -464,6 +464,28 @@ func TestServeMemoryLimit(t *testing.T) {
 	}
 }
 
+// --cors-origins gives the gateway's own answers CORS fields for the
+// listed origins; a value that is not an origin exits 2 naming it.
+func TestServeCORSOrigins(t *testing.T) {
+	t.Parallel()
+	up := upstreamServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) }))
+	gw := startGateway(t, nil, "--upstream", up, "--db", testDB(t, "sqlite"), "--cors-origins", "https://shop.example, http://localhost:3000")
+	hdr := []string{"Idempotency-Key: cors-1", "Authorization: Bearer a", "Origin: https://shop.example"}
+	first, err := send(context.Background(), client, gw.url+"/charges", `{"a":1}`, hdr...)
+	if err != nil || first.status != 201 || first.header.Get("Access-Control-Allow-Origin") != "" {
+		t.Fatalf("the upstream's answer: %d %v %v", first.status, first.header, err)
+	}
+	reused, err := send(context.Background(), client, gw.url+"/charges", `{"a":2}`, hdr...)
+	if err != nil || reused.status != 422 || reused.header.Get("Access-Control-Allow-Origin") != "https://shop.example" ||
+		reused.header.Get("Access-Control-Allow-Credentials") != "true" {
+		t.Fatalf("422 key-mismatch: %d %v %v", reused.status, reused.header, err)
+	}
+	out, err := exec.Command(idemBin, "serve", "--demo", "--check", "--cors-origins", "https://shop.example/pay").CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), `--cors-origins: CORS origin "https://shop.example/pay"`) {
+		t.Fatalf("a path in an origin: %v\n%s", err, out)
+	}
+}
+
 // --preserve-host sends the upstream the Host the client asked for.
 func TestServePreserveHost(t *testing.T) {
 	t.Parallel()
