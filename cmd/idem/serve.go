@@ -87,7 +87,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs := newFlagSet("serve", serveUsage, stderr)
 	c := &serveConfig{maxBody: idemhttp.DefaultMaxBody, maxResponse: idemhttp.DefaultMaxResponse}
 	fs.StringVar(&c.upstream, "upstream", "", "`URL` of the API to put idem in front of (required unless --demo)")
-	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "`address` to serve on")
+	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "`address` to serve on (HTTP/1.1; HTTP/2 over TLS, or in the clear with prior knowledge)")
 	fs.StringVar(&c.db, "db", "sqlite:idem.db", "ledger database `URL`: sqlite:PATH, or postgres://… (or host=… dbname=…) for several gateways (--demo without --db: "+demoDB+", emptied on start)")
 	fs.StringVar(&c.admin, "admin", "", "`address` for the admin page, /healthz and /metrics (off when empty)")
 	fs.StringVar(&c.adminToken, "admin-token", "", "`token` required by the admin page (needed when --admin is not loopback; at least 16 bytes)")
@@ -538,7 +538,8 @@ func (c *serveConfig) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr 
 	headerTimeout := min(10*time.Second, c.readTimeout)
 	// The gateway bounds bodies itself (gateway.Config.ReadTimeout): the
 	// server's own ReadTimeout would also cancel slow upstream answers.
-	srv := &http.Server{Handler: gw, ReadHeaderTimeout: headerTimeout, IdleTimeout: c.idleTimeout, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	srv := &http.Server{Handler: gw, ReadHeaderTimeout: headerTimeout, IdleTimeout: c.idleTimeout, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		Protocols: listenProtocols()}
 	failed := make(chan error, 2)
 	scheme := "http"
 	serve := func() error { return srv.Serve(ln) }
@@ -622,6 +623,18 @@ func (c *serveConfig) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr 
 	}
 	log.Info("idem serve: stopped")
 	return 0
+}
+
+// listenProtocols are what the gateway's listener speaks: HTTP/1.1, and
+// HTTP/2 both over TLS and in the clear with prior knowledge (h2c), as
+// proxies and platforms in front of it speak it to their backends (Envoy,
+// Cloud Run's end-to-end HTTP/2).
+func listenProtocols() *http.Protocols {
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetHTTP2(true)
+	p.SetUnencryptedHTTP2(true)
+	return &p
 }
 
 // pruneLoop runs the retention sweep every interval until ctx ends. Safe

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -483,6 +484,38 @@ func TestServeCORSOrigins(t *testing.T) {
 	out, err := exec.Command(idemBin, "serve", "--demo", "--check", "--cors-origins", "https://shop.example/pay").CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), `--cors-origins: CORS origin "https://shop.example/pay"`) {
 		t.Fatalf("a path in an origin: %v\n%s", err, out)
+	}
+}
+
+// The listener speaks HTTP/2 in the clear to clients that know it does
+// (h2c with prior knowledge, as Envoy and Cloud Run speak to backends):
+// a retry over HTTP/2 gets the replay, one effect.
+func TestServeH2C(t *testing.T) {
+	t.Parallel()
+	var effects atomic.Int64
+	up := upstreamServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		effects.Add(1)
+		w.WriteHeader(http.StatusCreated)
+	}))
+	gw := startGateway(t, nil, "--upstream", up, "--db", testDB(t, "sqlite"))
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	h2c := &http.Client{Transport: &http.Transport{Protocols: &p}, Timeout: 30 * time.Second}
+	for i, want := range []string{"", "true"} {
+		req, _ := http.NewRequest("POST", gw.url+"/charges", strings.NewReader(`{"amount":1}`))
+		req.Header.Set("Idempotency-Key", "h2c-1")
+		req.Header.Set("Authorization", "Bearer a")
+		resp, err := h2c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.ProtoMajor != 2 || resp.StatusCode != 201 || resp.Header.Get("Idempotent-Replayed") != want {
+			t.Fatalf("request %d: %s %d, Idempotent-Replayed %q", i+1, resp.Proto, resp.StatusCode, resp.Header.Get("Idempotent-Replayed"))
+		}
+	}
+	if n := effects.Load(); n != 1 {
+		t.Fatalf("%d effects, want 1", n)
 	}
 }
 
