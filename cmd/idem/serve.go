@@ -60,6 +60,7 @@ type serveConfig struct {
 	routes                        []gateway.Route
 	dbSet                         bool // --db (or IDEM_DB) was given
 	scopeHeader, keyFrom, methods string
+	jwtKeys                       string // --jwt-keys
 	anonymousScope                string
 	lease, retention              time.Duration
 	maxBody, maxResponse          byteSize
@@ -96,7 +97,8 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.DurationVar(&c.reportEvery, "report-every", 5*time.Second, "store this gateway's counters and per-key replays in the database this often, for every admin page's totals (0 disables)")
 	fs.BoolVar(&c.demo, "demo", false, "also start a built-in demo payments API and forward to it")
 	fs.BoolVar(&c.requireKey, "require-key", false, "answer 400 to a guarded request without a key (default: pass it through)")
-	fs.StringVar(&c.scopeHeader, "scope-header", "Authorization", "request `header` that scopes keys: Authorization (a keyed hash of its value), hmac:NAME (a keyed hash of header NAME, e.g. hmac:X-Api-Key), another header such as X-Tenant-ID (its value), client-cert (the client's TLS certificate; needs --client-ca), or none (one shared scope)")
+	fs.StringVar(&c.scopeHeader, "scope-header", "Authorization", "request `header` that scopes keys: Authorization (a keyed hash of its value), hmac:NAME (a keyed hash of header NAME, e.g. hmac:X-Api-Key), another header such as X-Tenant-ID (its value), client-cert (the client's TLS certificate; needs --client-ca), jwt:CLAIM (a claim of the verified bearer JWT, e.g. jwt:sub; needs --jwt-keys), or none (one shared scope)")
+	fs.StringVar(&c.jwtKeys, "jwt-keys", "", "the JWK Set that bearer tokens are verified with for --scope-header jwt:CLAIM: an https:// `URL` (an issuer's jwks_uri, fetched at start, hourly, and for a key it lacks) or a file")
 	fs.StringVar(&c.anonymousScope, "anonymous-scope", "refuse", "a guarded request with a key but without the scope header: refuse (400 scope-missing) or shared (one scope for all such callers; --demo sets it)")
 	fs.StringVar(&c.keyFrom, "key-from", idemhttp.DefaultKeyFrom, "where the key is: header:NAME, json:/pointer, form:NAME, or fingerprint (the Idempotency-Key header, else the request fingerprint: identical keyless requests are done once; see --exclude)")
 	fs.StringVar(&c.methods, "methods", "POST,PATCH", "comma-separated `methods` to guard; others pass through untouched")
@@ -311,6 +313,14 @@ func (c *serveConfig) policy() []error {
 		o.Scope = idemhttp.ScopeClientCertificate
 		if c.clientCA == "" {
 			bad("scope-header", "client-cert needs --tls-cert, --tls-key and --client-ca (the CAs whose client certificates to accept)")
+		}
+	case len(c.scopeHeader) > 4 && strings.EqualFold(c.scopeHeader[:4], "jwt:"):
+		if c.jwtKeys == "" {
+			bad("scope-header", "%s needs --jwt-keys (the issuer's JWK Set: its jwks_uri, or a file)", c.scopeHeader)
+		} else if keys, err := jwtKeySet(c.jwtKeys); err != nil {
+			bad("jwt-keys", "%v", err)
+		} else {
+			o.Scope = keys.scope(c.scopeHeader[4:])
 		}
 	case strings.EqualFold(c.scopeHeader, "none") || c.scopeHeader == "":
 		o.Scope = idemhttp.ScopeNone
@@ -530,6 +540,7 @@ func (c *serveConfig) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr 
 			}
 		}()
 	}
+	startJWTKeySets(ctx, log)
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
 		fmt.Fprintf(stderr, "idem serve: --listen: %v\n", err)

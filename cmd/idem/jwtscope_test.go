@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+// issuer signs test tokens with Ed25519 keys and publishes their JWK Set.
+type issuer struct {
+	mu   sync.Mutex
+	keys map[string]ed25519.PrivateKey // by kid
+	pub  []map[string]string           // the published JWKs
+}
+
+func newIssuer(t *testing.T, kids ...string) *issuer {
+	is := &issuer{keys: map[string]ed25519.PrivateKey{}}
+	for _, kid := range kids {
+		is.addKey(t, kid, true)
+	}
+	return is
+}
+
+// addKey makes a key; published, it goes into the JWK Set.
+func (is *issuer) addKey(t *testing.T, kid string, published bool) {
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	is.mu.Lock()
+	defer is.mu.Unlock()
+	is.keys[kid] = priv
+	if published {
+		is.pub = append(is.pub, map[string]string{"kty": "OKP", "crv": "Ed25519", "alg": "EdDSA", "use": "sig", "kid": kid,
+			"x": base64.RawURLEncoding.EncodeToString(pub)})
+	}
+}
+
+func (is *issuer) jwks() []byte {
+	is.mu.Lock()
+	defer is.mu.Unlock()
+	b, _ := json.Marshal(map[string]any{"keys": is.pub})
+	return b
+}
+
+// token signs claims with the key kid.
+func (is *issuer) token(t *testing.T, kid string, claims jwt.MapClaims) string {
+	is.mu.Lock()
+	key := is.keys[kid]
+	is.mu.Unlock()
+	tok := jwt.NewWithClaims(jwt.SigningMethodEdDSA, claims)
+	tok.Header["kid"] = kid
+	s, err := tok.SignedString(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// --scope-header jwt:sub scopes keys by the verified token's subject: a
+// token refreshed between a request and its retry gets the replay, as does
+// one expired since (its expiry is the API's to judge); another subject's
+// request with the same key is its own; a token signed by a key the
+// issuer does not publish, an unsigned one or none at all gives no scope
+// (400 scope-missing). One effect per scope.
+func TestServeScopeJWT(t *testing.T) {
+	t.Parallel()
+	is := newIssuer(t, "k1")
+	is.addKey(t, "forger", false)
+	keys := filepath.Join(t.TempDir(), "jwks.json")
+	if err := os.WriteFile(keys, is.jwks(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var effects atomic.Int64
+	up := upstreamServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, effects.Add(1))
+	}))
+	gw := startGateway(t, nil, "--upstream", up, "--db", testDB(t, "sqlite"), "--scope-header", "jwt:sub", "--jwt-keys", keys)
+	const iss = "https://issuer.example"
+	now := time.Now()
+	alice := func(iat time.Time) string {
+		return is.token(t, "k1", jwt.MapClaims{"iss": iss, "sub": "alice", "iat": iat.Unix(), "exp": iat.Add(time.Hour).Unix()})
+	}
+	unsigned, _ := jwt.NewWithClaims(jwt.SigningMethodNone, jwt.MapClaims{"iss": iss, "sub": "alice"}).SignedString(jwt.UnsafeAllowNoneSignatureType)
+	for _, tt := range []struct {
+		name, token string
+		status      int
+		body        string // "" for a problem
+		replayed    string
+	}{
+		{"alice's first token", alice(now), 201, "1", ""},
+		{"alice's refreshed token", alice(now.Add(time.Minute)), 201, "1", "true"},
+		{"alice's token, expired", alice(now.Add(-2 * time.Hour)), 201, "1", "true"},
+		{"bob, the same key", is.token(t, "k1", jwt.MapClaims{"iss": iss, "sub": "bob"}), 201, "2", ""},
+		{"bob of another issuer", is.token(t, "k1", jwt.MapClaims{"iss": "https://other.example", "sub": "bob"}), 201, "3", ""},
+		{"a token signed by a key not published", is.token(t, "forger", jwt.MapClaims{"iss": iss, "sub": "alice"}), 400, "", ""},
+		{"an unsigned token", unsigned, 400, "", ""},
+		{"no subject", is.token(t, "k1", jwt.MapClaims{"iss": iss}), 400, "", ""},
+		{"not a JWT", "opaque-token", 400, "", ""},
+	} {
+		r, err := send(context.Background(), client, gw.url+"/charges", `{"amount":1}`, "Idempotency-Key: jwt-1", "Authorization: Bearer "+tt.token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.status != tt.status || (tt.body != "" && r.body != tt.body) || (tt.body == "" && !strings.Contains(r.body, "scope-missing")) ||
+			r.header.Get("Idempotent-Replayed") != tt.replayed {
+			t.Errorf("%s: %d %q, Idempotent-Replayed %q; want %d %q %q", tt.name, r.status, r.body, r.header.Get("Idempotent-Replayed"), tt.status, tt.body, tt.replayed)
+		}
+	}
+	if n := effects.Load(); n != 3 {
+		t.Errorf("%d effects, want 3 (alice, bob, the other issuer's bob)", n)
+	}
+}
+
+// From an issuer's jwks_uri the key set is fetched when the gateway
+// starts, and again when a token names a key it does not hold: a key
+// rotated in at the issuer verifies without a restart.
+func TestServeScopeJWTFromURL(t *testing.T) {
+	t.Parallel()
+	is := newIssuer(t, "k1")
+	var fetches atomic.Int64
+	jwks := upstreamServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fetches.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(is.jwks())
+	}))
+	up := upstreamServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) }))
+	gw := startGateway(t, nil, "--upstream", up, "--db", testDB(t, "sqlite"), "--scope-header", "jwt:sub", "--jwt-keys", jwks+"/.well-known/jwks.json")
+	post := func(kid, key string) int {
+		r, err := send(context.Background(), client, gw.url+"/charges", `{}`, "Idempotency-Key: "+key,
+			"Authorization: Bearer "+is.token(t, kid, jwt.MapClaims{"iss": "https://issuer.example", "sub": "alice"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.status
+	}
+	if got := post("k1", "url-1"); got != 201 {
+		t.Fatalf("a token of the published key: %d", got)
+	}
+	is.addKey(t, "k2", true) // rotated in at the issuer
+	if got := post("k2", "url-2"); got != 201 {
+		t.Fatalf("a token of the key rotated in: %d (the key set was fetched %d times)", got, fetches.Load())
+	}
+}
+
+// jwt:CLAIM without --jwt-keys, or with a file that holds no key set, is
+// refused before the gateway starts.
+func TestServeScopeJWTChecked(t *testing.T) {
+	t.Parallel()
+	empty := filepath.Join(t.TempDir(), "empty.json")
+	if err := os.WriteFile(empty, []byte(`{"keys":[]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--scope-header", "jwt:sub"}, "--scope-header: jwt:sub needs --jwt-keys"},
+		{[]string{"--scope-header", "jwt:sub", "--jwt-keys", filepath.Join(t.TempDir(), "missing.json")}, "--jwt-keys: open"},
+		{[]string{"--scope-header", "jwt:sub", "--jwt-keys", empty}, "not a JWK Set"},
+		{[]string{"--scope-header", "jwt:sub", "--jwt-keys", "http://issuer.example/jwks.json"}, "fetch keys over https"},
+	} {
+		out, err := exec.Command(idemBin, append([]string{"serve", "--check", "--upstream", "http://127.0.0.1:1"}, tt.args...)...).CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), tt.want) {
+			t.Errorf("%v: %v\n%s", tt.args, err, out)
+		}
+	}
+}
