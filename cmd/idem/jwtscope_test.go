@@ -181,3 +181,40 @@ func TestServeScopeJWTChecked(t *testing.T) {
 		}
 	}
 }
+
+// A --config route may scope by another claim of the same tokens: under
+// jwt:org_id two members of one organisation share its keys, where the
+// default policy (jwt:sub) keeps them apart. The key set is --jwt-keys,
+// which routes inherit.
+func TestServeScopeJWTRoute(t *testing.T) {
+	t.Parallel()
+	is := newIssuer(t, "k1")
+	keys := filepath.Join(t.TempDir(), "jwks.json")
+	if err := os.WriteFile(keys, is.jwks(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var effects atomic.Int64
+	up := upstreamServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, effects.Add(1))
+	}))
+	cfg := writeConfig(t, "routes:\n  - route: \"POST /orgs/\"\n    scope-header: jwt:org_id\n")
+	gw := startGateway(t, nil, "--upstream", up, "--db", testDB(t, "sqlite"), "--scope-header", "jwt:sub", "--jwt-keys", keys, "--config", cfg)
+	member := func(sub string) string {
+		return "Authorization: Bearer " + is.token(t, "k1", jwt.MapClaims{"iss": "https://issuer.example", "sub": sub, "org_id": "org_7"})
+	}
+	for _, tt := range []struct{ path, sub, want string }{
+		{"/orgs/7/invoices", "alice", "1"},
+		{"/orgs/7/invoices", "bob", "1"}, // the organisation's key: the replay
+		{"/charges", "alice", "2"},
+		{"/charges", "bob", "3"}, // scoped by subject: bob's own
+	} {
+		r, err := send(context.Background(), client, gw.url+tt.path, `{}`, "Idempotency-Key: route-1", member(tt.sub))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.status != 201 || r.body != tt.want {
+			t.Errorf("%s as %s: %d %q, want 201 %q", tt.path, tt.sub, r.status, r.body, tt.want)
+		}
+	}
+}

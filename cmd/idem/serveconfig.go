@@ -24,6 +24,10 @@ var routeFlags = []string{
 	"max-body", "max-response", "max-inflight", "allow-headers",
 }
 
+// policyFlags are the command's flags a route's policy reads but cannot
+// set: the key set of --scope-header jwt:CLAIM, the CAs of client-cert.
+var policyFlags = []string{"jwt-keys", "client-ca"}
+
 // loadRoutes reads and checks a --config file. fs holds the command's
 // flags: the defaults every route inherits. Every error names the file
 // and line, and the route when there is one.
@@ -161,7 +165,7 @@ func parseRoute(fs *flag.FlagSet, n *yaml.Node, at func(*yaml.Node, string, ...a
 	// The route's policy is the command's flags with the route's values
 	// set over them, checked by the same code as the flags.
 	rfs, rc := serveFlags(io.Discard)
-	for _, f := range routeFlags {
+	for _, f := range slices.Concat(routeFlags, policyFlags) {
 		if err := rfs.Set(f, fs.Lookup(f).Value.String()); err != nil {
 			errs = append(errs, at(patternNode, "%s", name("--%s: %v", f, err)))
 		}
