@@ -119,6 +119,11 @@ func (k *jwtKeys) start(ctx context.Context, log *slog.Logger) {
 	k.once.Do(func() {
 		kf, err := keyfunc.NewDefaultOverrideCtx(ctx, []string{k.source}, keyfunc.Override{
 			HTTPTimeout: 10 * time.Second,
+			// A token naming a key the set lacks refetches it at most every
+			// five minutes (the default limit); a request that would wait
+			// for the limit fails at once instead of holding its slot,
+			// so tokens with made-up key ids cannot stall the gateway.
+			RateLimitWaitMax: time.Second,
 			RefreshErrorHandlerFunc: func(u string) func(context.Context, error) {
 				return func(_ context.Context, err error) {
 					log.Warn("idem serve: --jwt-keys: fetching the key set failed; bearer tokens do not verify until it succeeds", "url", u, "err", err)
