@@ -22,18 +22,11 @@ import (
 func TestBrowserReadsAReplayAcrossOrigins(t *testing.T) {
 	t.Parallel()
 	ctx := browsertest.Browser(t)
-	page := serveQuiet(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/html")
-		io.WriteString(w, "<!doctype html><title>checkout</title>")
-	}))
+	page := serveQuiet(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { checkoutPage(w) }))
 	var effects atomic.Int64
 	up := newUpstream()
 	up.handle = func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Access-Control-Allow-Origin", page.URL)
-		if r.Method == http.MethodOptions { // the preflight: passed through, unguarded
-			w.Header().Set("Access-Control-Allow-Methods", "POST")
-			w.Header().Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Idempotency-Key")
-			w.WriteHeader(http.StatusNoContent)
+		if allowPage(w, r, page.URL) {
 			return
 		}
 		n := effects.Add(1)
@@ -132,18 +125,13 @@ func TestBrowserReadsInFlightAcrossOrigins(t *testing.T) {
 		case "/release":
 			close(release)
 		default:
-			w.Header().Set("Content-Type", "text/html")
-			io.WriteString(w, "<!doctype html><title>checkout</title>")
+			checkoutPage(w)
 		}
 	}))
 	var effects atomic.Int64
 	up := newUpstream()
 	up.handle = func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Access-Control-Allow-Origin", page.URL)
-		if r.Method == http.MethodOptions {
-			w.Header().Set("Access-Control-Allow-Methods", "POST")
-			w.Header().Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Idempotency-Key")
-			w.WriteHeader(http.StatusNoContent)
+		if allowPage(w, r, page.URL) {
 			return
 		}
 		effects.Add(1)
@@ -188,4 +176,24 @@ func TestBrowserReadsInFlightAcrossOrigins(t *testing.T) {
 			t.Errorf("CORSOrigins %v: %d charges, want 1", tt.origins, n)
 		}
 	}
+}
+
+// allowPage answers as an API that lets the page at origin call it: its
+// CORS field on every answer, and the preflight (passed through the
+// gateway unguarded), which it reports having answered.
+func allowPage(w http.ResponseWriter, r *http.Request, origin string) (preflight bool) {
+	w.Header().Set("Access-Control-Allow-Origin", origin)
+	if r.Method != http.MethodOptions {
+		return false
+	}
+	w.Header().Set("Access-Control-Allow-Methods", "POST")
+	w.Header().Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Idempotency-Key")
+	w.WriteHeader(http.StatusNoContent)
+	return true
+}
+
+// checkoutPage is the page whose script calls the API through the gateway.
+func checkoutPage(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "text/html")
+	io.WriteString(w, "<!doctype html><title>checkout</title>")
 }

@@ -57,6 +57,24 @@ func (is *issuer) jwks() []byte {
 	return b
 }
 
+// file writes the JWK Set to a file, for --jwt-keys.
+func (is *issuer) file(t *testing.T) string {
+	keys := filepath.Join(t.TempDir(), "jwks.json")
+	if err := os.WriteFile(keys, is.jwks(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
+
+// countingUpstream answers 201 with the number of requests it has had.
+func countingUpstream(t *testing.T) (string, *atomic.Int64) {
+	effects := new(atomic.Int64)
+	return upstreamServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, effects.Add(1))
+	})), effects
+}
+
 // token signs claims with the key kid.
 func (is *issuer) token(t *testing.T, kid string, claims jwt.MapClaims) string {
 	is.mu.Lock()
@@ -81,15 +99,8 @@ func TestServeScopeJWT(t *testing.T) {
 	t.Parallel()
 	is := newIssuer(t, "k1")
 	is.addKey(t, "forger", false)
-	keys := filepath.Join(t.TempDir(), "jwks.json")
-	if err := os.WriteFile(keys, is.jwks(), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var effects atomic.Int64
-	up := upstreamServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.WriteHeader(http.StatusCreated)
-		fmt.Fprint(w, effects.Add(1))
-	}))
+	keys := is.file(t)
+	up, effects := countingUpstream(t)
 	gw := startGateway(t, nil, "--upstream", up, "--db", testDB(t, "sqlite"), "--scope-header", "jwt:sub", "--jwt-keys", keys)
 	const iss = "https://issuer.example"
 	now := time.Now()
@@ -189,15 +200,8 @@ func TestServeScopeJWTChecked(t *testing.T) {
 func TestServeScopeJWTRoute(t *testing.T) {
 	t.Parallel()
 	is := newIssuer(t, "k1")
-	keys := filepath.Join(t.TempDir(), "jwks.json")
-	if err := os.WriteFile(keys, is.jwks(), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var effects atomic.Int64
-	up := upstreamServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.WriteHeader(http.StatusCreated)
-		fmt.Fprint(w, effects.Add(1))
-	}))
+	keys := is.file(t)
+	up, _ := countingUpstream(t)
 	cfg := writeConfig(t, "routes:\n  - route: \"POST /orgs/\"\n    scope-header: jwt:org_id\n")
 	gw := startGateway(t, nil, "--upstream", up, "--db", testDB(t, "sqlite"), "--scope-header", "jwt:sub", "--jwt-keys", keys, "--config", cfg)
 	member := func(sub string) string {
