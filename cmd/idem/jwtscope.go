@@ -21,9 +21,10 @@ import (
 
 // --scope-header jwt:CLAIM scopes keys by who a request's bearer token
 // names rather than by the token itself: the claim CLAIM (sub, say) of the
-// JWT in "Authorization: Bearer …", with its issuer, once the token's
-// signature verifies against the keys of --jwt-keys. A client whose access
-// token is refreshed between a request and its retry keeps its scope. The
+// JWT in "Authorization: Bearer …" (or "DPoP …"), with its issuer, once
+// the token's signature verifies against the keys of --jwt-keys. A client
+// whose access token is refreshed between a request and its retry keeps
+// its scope. The
 // token's expiry is not checked: as with the default scope (the
 // Authorization header's own hash), a retry with a token that has expired
 // since gets the stored answer, and a new request reaches the API, which
@@ -142,7 +143,7 @@ func (k *jwtKeys) start(ctx context.Context, log *slog.Logger) {
 func (k *jwtKeys) scope(claim string) func(*http.Request) string {
 	return func(r *http.Request) string {
 		scheme, token, _ := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
-		if !strings.EqualFold(scheme, "Bearer") {
+		if !strings.EqualFold(scheme, "Bearer") && !strings.EqualFold(scheme, "DPoP") { // RFC 6750, RFC 9449
 			return ""
 		}
 		return idemhttp.ScopeHMAC(r, "jwt", k.principal(strings.TrimSpace(token), claim))

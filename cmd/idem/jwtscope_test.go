@@ -89,6 +89,15 @@ func (is *issuer) token(t *testing.T, kid string, claims jwt.MapClaims) string {
 	return s
 }
 
+// authorization is the Authorization value of token: Bearer unless it
+// names its scheme.
+func authorization(token string) string {
+	if strings.HasPrefix(token, "DPoP ") {
+		return token
+	}
+	return "Bearer " + token
+}
+
 // --scope-header jwt:sub scopes keys by the verified token's subject: a
 // token refreshed between a request and its retry gets the replay, as does
 // one expired since (its expiry is the API's to judge); another subject's
@@ -117,6 +126,7 @@ func TestServeScopeJWT(t *testing.T) {
 		{"alice's first token", alice(now), 201, "1", ""},
 		{"alice's refreshed token", alice(now.Add(time.Minute)), 201, "1", "true"},
 		{"alice's token, expired", alice(now.Add(-2 * time.Hour)), 201, "1", "true"},
+		{"alice's DPoP-bound token", "DPoP " + alice(now.Add(2*time.Minute)), 201, "1", "true"},
 		{"bob, the same key", is.token(t, "k1", jwt.MapClaims{"iss": iss, "sub": "bob"}), 201, "2", ""},
 		{"bob of another issuer", is.token(t, "k1", jwt.MapClaims{"iss": "https://other.example", "sub": "bob"}), 201, "3", ""},
 		{"a token signed by a key not published", is.token(t, "forger", jwt.MapClaims{"iss": iss, "sub": "alice"}), 400, "", ""},
@@ -124,7 +134,7 @@ func TestServeScopeJWT(t *testing.T) {
 		{"no subject", is.token(t, "k1", jwt.MapClaims{"iss": iss}), 400, "", ""},
 		{"not a JWT", "opaque-token", 400, "", ""},
 	} {
-		r, err := send(context.Background(), client, gw.url+"/charges", `{"amount":1}`, "Idempotency-Key: jwt-1", "Authorization: Bearer "+tt.token)
+		r, err := send(context.Background(), client, gw.url+"/charges", `{"amount":1}`, "Idempotency-Key: jwt-1", "Authorization: "+authorization(tt.token))
 		if err != nil {
 			t.Fatal(err)
 		}
