@@ -326,7 +326,7 @@ func (c *serveConfig) policy() []error {
 		o.Scope = idemhttp.ScopeNone
 		o.AnonymousScope = idemhttp.AnonymousShared // one scope for everybody is what none asks for
 	case strings.ContainsAny(c.scopeHeader, " \t") || strings.Contains(hmacHeader, ":") || hmacHeader == "":
-		bad("scope-header", "%q is not a header name, hmac:NAME or none", c.scopeHeader)
+		bad("scope-header", "%q is not a header name, hmac:NAME, jwt:CLAIM, client-cert or none", c.scopeHeader)
 	case keyed:
 		name := http.CanonicalHeaderKey(hmacHeader)
 		label := strings.ToLower(name)
