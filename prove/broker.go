@@ -127,7 +127,7 @@ func runBrokerRedelivery(ctx context.Context, t *trial) error {
 	}
 	defer srv.Close()
 	url := srv.URL()
-	dest := "idemprove" + strings.NewReplacer("-", "", "/", "").Replace(t.r.runID+t.variant)
+	dest := t.brokerDest()
 	if err := v.prepare(ctx, url, dest); err != nil {
 		return fmt.Errorf("preparing %s: %w", dest, err)
 	}
@@ -474,4 +474,17 @@ func rabbitmqVariant() brokerVariant {
 			return c.Run(ctx)
 		},
 	}
+}
+
+// brokerDest names the trial's stream, queue or topic on its broker. It is
+// also the inbox's source, whose message IDs repeat from one attempt to
+// the next: an attempt after an inconclusive one gets a name of its own,
+// or its messages would meet the inbox records of the first attempt's,
+// whose payloads (in another scope) differ, and be dead-lettered.
+func (t *trial) brokerDest() string {
+	dest := "idemprove" + strings.NewReplacer("-", "", "/", "").Replace(t.r.runID+t.variant)
+	if t.attempt > 1 {
+		dest += fmt.Sprintf("a%d", t.attempt)
+	}
+	return dest
 }

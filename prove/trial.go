@@ -17,6 +17,7 @@ type trial struct {
 	r        *runner
 	name     string
 	variant  string
+	attempt  int // 1, or more when the attempts before were inconclusive
 	scope    string
 	keys     []string
 	rngMu    sync.Mutex
@@ -108,7 +109,7 @@ func (r *runner) runAttempt(ctx context.Context, i int, sel selected, attempt in
 		scope += fmt.Sprintf("#%d", attempt)
 	}
 	t := &trial{
-		r: r, name: name, variant: sel.variant, scope: scope,
+		r: r, name: name, variant: sel.variant, attempt: attempt, scope: scope,
 		rng:       trialSeed(r.cfg.Seed, name),
 		lease:     r.cfg.Lease,
 		deadline:  2*time.Minute + time.Duration(r.cfg.Ops)*20*time.Millisecond,
