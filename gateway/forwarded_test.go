@@ -97,6 +97,11 @@ func TestPreserveHost(t *testing.T) {
 	up := newUpstream()
 	up.handle = func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
+		if r.URL.Path == "/old" { // moved: a redirect the gateway follows for a guarded request
+			w.Header().Set("Location", "/charges")
+			w.WriteHeader(http.StatusPermanentRedirect)
+			return
+		}
 		w.Header().Set("Location", "http://"+r.Host+"/charges/1")
 		w.WriteHeader(http.StatusCreated)
 		io.WriteString(w, r.Host)
@@ -125,6 +130,19 @@ func TestPreserveHost(t *testing.T) {
 			if loc := resp.Header.Get("Location"); loc != "http://api.example.com/charges/1" {
 				t.Errorf("PreserveHost %v, %s: Location %q, want the public host's", tt.preserve, method, loc)
 			}
+		}
+		req, _ := http.NewRequest("POST", gw+"/old", strings.NewReader(`{}`))
+		req.Host = "api.example.com"
+		req.Header.Set("Idempotency-Key", fmt.Sprintf("moved-%v", tt.preserve))
+		req.Header.Set("Authorization", "Bearer a")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusCreated || string(b) != tt.want {
+			t.Errorf("PreserveHost %v, a redirect followed: %d, upstream got Host %q, want %q", tt.preserve, resp.StatusCode, b, tt.want)
 		}
 	}
 }

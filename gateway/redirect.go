@@ -44,7 +44,7 @@ func (f followRedirects) RoundTrip(req *http.Request) (*http.Response, error) {
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // so the connection is reused
 		resp.Body.Close()
 		r := req.Clone(req.Context())
-		r.URL, r.Host = next, ""
+		r.URL = next // r.Host stays: empty (the URL's host), or the client's under PreserveHost
 		if req.GetBody != nil {
 			if r.Body, err = req.GetBody(); err != nil {
 				return nil, err
