@@ -6,7 +6,6 @@ import (
 	"net/url"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/idemdev/idem/gateway"
 	"github.com/idemdev/idem/idemhttp"
@@ -27,11 +26,12 @@ func corsFields(r reply) string {
 func TestOwnAnswersCarryCORS(t *testing.T) {
 	t.Parallel()
 	const shop = "https://shop.example"
-	release := make(chan struct{})
+	arrived, release := make(chan struct{}), make(chan struct{})
 	up := newUpstream()
 	up.handle = func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/slow":
+			close(arrived)
 			<-release
 		case "/cors":
 			w.Header().Set("Access-Control-Allow-Origin", shop)
@@ -68,8 +68,10 @@ func TestOwnAnswersCarryCORS(t *testing.T) {
 
 	first := make(chan reply)
 	go func() { first <- post(t, gw+"/slow", `{}`, append(from(shop), "Idempotency-Key: k3")...) }()
-	for up.count("k3") == 0 { // until the first is at the upstream
-		time.Sleep(time.Millisecond)
+	select { // until the first is at the upstream
+	case <-arrived:
+	case r := <-first:
+		t.Fatalf("the first request: %d %s", r.status, r.body)
 	}
 	second := post(t, gw+"/slow", `{}`, append(from(shop), "Idempotency-Key: k3")...)
 	close(release)

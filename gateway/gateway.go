@@ -157,6 +157,7 @@ func New(l *idem.Ledger, cfg *Config) (*Gateway, error) {
 	}
 	f := &forwarder{timeout: cmp.Or(c.Timeout, DefaultTimeout), log: log}
 	upstream := c.Upstream
+	cors := newCORSPolicy(c.CORSOrigins)
 	f.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(upstream)
@@ -184,7 +185,9 @@ func New(l *idem.Ledger, cfg *Config) (*Gateway, error) {
 			}
 		},
 		ModifyResponse: func(resp *http.Response) error {
-			markAnswered(resp)
+			if cors != nil { // only its writer asks
+				markAnswered(resp)
+			}
 			pointBack(resp, upstream)
 			return nil
 		},
@@ -193,7 +196,7 @@ func New(l *idem.Ledger, cfg *Config) (*Gateway, error) {
 		ErrorHandler: f.upstreamFailed,
 		ErrorLog:     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	g := &Gateway{l: l, fwd: f, log: log, added: c.AddedLatency, readTimeout: c.ReadTimeout, cors: newCORSPolicy(c.CORSOrigins)}
+	g := &Gateway{l: l, fwd: f, log: log, added: c.AddedLatency, readTimeout: c.ReadTimeout, cors: cors}
 	if err := g.SetRoutes(c.Options, c.Routes); err != nil {
 		return nil, err
 	}

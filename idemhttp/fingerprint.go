@@ -62,7 +62,11 @@ func lowerToken(s string) bool {
 	return true
 }
 
-const formType = fingerprint.FormMediaType
+// The body media types the middleware reads fields from.
+const (
+	formType      = fingerprint.FormMediaType
+	multipartType = fingerprint.MultipartMediaType
+)
 
 // requestFingerprint hashes what makes r the request it is: method, path,
 // query and body (form is the body parsed as a form, or nil; coding the

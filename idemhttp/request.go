@@ -243,5 +243,3 @@ func checkScope(s string) error {
 	}
 	return nil
 }
-
-const multipartType = fingerprint.MultipartMediaType

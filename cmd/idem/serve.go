@@ -229,11 +229,7 @@ func (c *serveConfig) check() []error {
 	} else {
 		c.tlsConfig = cfg
 	}
-	for o := range strings.SplitSeq(c.cors, ",") {
-		if o = strings.TrimSpace(o); o != "" {
-			c.corsOrigins = append(c.corsOrigins, o)
-		}
-	}
+	c.corsOrigins = splitList(c.cors)
 	if err := gateway.CheckCORSOrigins(c.corsOrigins); err != nil {
 		bad("cors-origins", "%v", err)
 	}
@@ -711,11 +707,7 @@ func (b *byteSize) Set(s string) error {
 // comma-separated.
 func parseProxies(list string) ([]netip.Prefix, error) {
 	var out []netip.Prefix
-	for item := range strings.SplitSeq(list, ",") {
-		item = strings.TrimSpace(item)
-		if item == "" {
-			continue
-		}
+	for _, item := range splitList(list) {
 		if p, err := netip.ParsePrefix(item); err == nil {
 			out = append(out, p.Masked())
 			continue
