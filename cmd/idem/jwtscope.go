@@ -41,6 +41,7 @@ var jwtAlgorithms = []string{"RS256", "RS384", "RS512", "PS256", "PS384", "PS512
 // keys rotated at the issuer are picked up).
 type jwtKeys struct {
 	source string
+	shown  string // source as logs and errors name it: a URL without its password
 	url    bool
 	parser *jwt.Parser
 
@@ -63,13 +64,14 @@ func jwtKeySet(source string) (*jwtKeys, error) {
 	if k := jwtKeySets.m[source]; k != nil {
 		return k, nil
 	}
-	k := &jwtKeys{source: source, parser: jwt.NewParser(jwt.WithValidMethods(jwtAlgorithms), jwt.WithoutClaimsValidation(), jwt.WithJSONNumber())}
+	k := &jwtKeys{source: source, shown: source, parser: jwt.NewParser(jwt.WithValidMethods(jwtAlgorithms), jwt.WithoutClaimsValidation(), jwt.WithJSONNumber())}
 	if u, err := url.Parse(source); err == nil && (u.Scheme == "https" || u.Scheme == "http") {
+		k.shown = u.Redacted()
 		if u.Host == "" {
-			return nil, fmt.Errorf("%q: a URL without a host", source)
+			return nil, fmt.Errorf("%q: a URL without a host", k.shown)
 		}
 		if ip, err := netip.ParseAddr(u.Hostname()); u.Scheme == "http" && u.Hostname() != "localhost" && (err != nil || !ip.IsLoopback()) {
-			return nil, fmt.Errorf("%q: fetch keys over https (plain http only from this host): whoever can change them in transit can sign tokens for any caller", source)
+			return nil, fmt.Errorf("%q: fetch keys over https (plain http only from this host): whoever can change them in transit can sign tokens for any caller", k.shown)
 		}
 		k.url = true
 	} else if err := k.load(); err != nil {
@@ -125,14 +127,14 @@ func (k *jwtKeys) start(ctx context.Context, log *slog.Logger) {
 			// for the limit fails at once instead of holding its slot,
 			// so tokens with made-up key ids cannot stall the gateway.
 			RateLimitWaitMax: time.Second,
-			RefreshErrorHandlerFunc: func(u string) func(context.Context, error) {
+			RefreshErrorHandlerFunc: func(string) func(context.Context, error) {
 				return func(_ context.Context, err error) {
-					log.Warn("idem serve: --jwt-keys: fetching the key set failed; bearer tokens do not verify until it succeeds", "url", u, "err", err)
+					log.Warn("idem serve: --jwt-keys: fetching the key set failed; bearer tokens do not verify until it succeeds", "url", k.shown, "err", err)
 				}
 			},
 		})
 		if err != nil {
-			log.Error("idem serve: --jwt-keys", "url", k.source, "err", err)
+			log.Error("idem serve: --jwt-keys", "url", k.shown, "err", err)
 			return
 		}
 		k.keys = kf

@@ -180,7 +180,8 @@ func TestServeScopeJWTFromURL(t *testing.T) {
 }
 
 // jwt:CLAIM without --jwt-keys, or with a file that holds no key set, is
-// refused before the gateway starts.
+// refused before the gateway starts; a password in the key set's URL is
+// never shown.
 func TestServeScopeJWTChecked(t *testing.T) {
 	t.Parallel()
 	empty := filepath.Join(t.TempDir(), "empty.json")
@@ -195,9 +196,10 @@ func TestServeScopeJWTChecked(t *testing.T) {
 		{[]string{"--scope-header", "jwt:sub", "--jwt-keys", filepath.Join(t.TempDir(), "missing.json")}, "--jwt-keys: open"},
 		{[]string{"--scope-header", "jwt:sub", "--jwt-keys", empty}, "not a JWK Set"},
 		{[]string{"--scope-header", "jwt:sub", "--jwt-keys", "http://issuer.example/jwks.json"}, "fetch keys over https"},
+		{[]string{"--scope-header", "jwt:sub", "--jwt-keys", "http://user:s3cret@issuer.example/jwks.json"}, "user:xxxxx@issuer.example"},
 	} {
 		out, err := exec.Command(idemBin, append([]string{"serve", "--check", "--upstream", "http://127.0.0.1:1"}, tt.args...)...).CombinedOutput()
-		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), tt.want) {
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), tt.want) || strings.Contains(string(out), "s3cret") {
 			t.Errorf("%v: %v\n%s", tt.args, err, out)
 		}
 	}
@@ -230,5 +232,23 @@ func TestServeScopeJWTRoute(t *testing.T) {
 		if r.status != 201 || r.body != tt.want {
 			t.Errorf("%s as %s: %d %q, want 201 %q", tt.path, tt.sub, r.status, r.body, tt.want)
 		}
+	}
+}
+
+// A key set that cannot be fetched is logged, without the password of
+// its URL, and the gateway serves: tokens do not verify meanwhile (400).
+func TestServeScopeJWTUnreachable(t *testing.T) {
+	t.Parallel()
+	is := newIssuer(t, "k1")
+	up, effects := countingUpstream(t)
+	gw := startGateway(t, nil, "--upstream", up, "--db", testDB(t, "sqlite"), "--scope-header", "jwt:sub",
+		"--jwt-keys", "http://user:s3cret@127.0.0.1:1/jwks.json")
+	r, err := send(context.Background(), client, gw.url+"/charges", `{}`, "Idempotency-Key: unreachable-1",
+		"Authorization: Bearer "+is.token(t, "k1", jwt.MapClaims{"sub": "alice"}))
+	if err != nil || r.status != 400 || !strings.Contains(r.body, "scope-missing") || effects.Load() != 0 {
+		t.Fatalf("%d %q %v, %d effects; want 400 scope-missing and none", r.status, r.body, err, effects.Load())
+	}
+	if out := gw.out.String(); !strings.Contains(out, "fetching the key set failed") || !strings.Contains(out, "user:xxxxx@127.0.0.1:1") || strings.Contains(out, "s3cret") {
+		t.Fatalf("the gateway's log:\n%s", out)
 	}
 }
