@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -492,11 +491,7 @@ func TestServeCORSOrigins(t *testing.T) {
 // a retry over HTTP/2 gets the replay, one effect.
 func TestServeH2C(t *testing.T) {
 	t.Parallel()
-	var effects atomic.Int64
-	up := upstreamServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		effects.Add(1)
-		w.WriteHeader(http.StatusCreated)
-	}))
+	up, effects := countingUpstream(t)
 	gw := startGateway(t, nil, "--upstream", up, "--db", testDB(t, "sqlite"))
 	var p http.Protocols
 	p.SetUnencryptedHTTP2(true)
