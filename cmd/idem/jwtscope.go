@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/netip"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -109,8 +111,9 @@ func (k *jwtKeys) load() error {
 // not verify.
 func startJWTKeySets(ctx context.Context, log *slog.Logger) {
 	jwtKeySets.Lock()
-	defer jwtKeySets.Unlock()
-	for _, k := range jwtKeySets.m {
+	sets := slices.Collect(maps.Values(jwtKeySets.m))
+	jwtKeySets.Unlock() // the first fetches wait for the network: not under the lock
+	for _, k := range sets {
 		if k.url {
 			k.start(ctx, log)
 		}
