@@ -80,13 +80,14 @@ func putBuf(b []byte) {
 	if mapped.put(b) {
 		return
 	}
-	size, idx := bufClass(cap(b))
-	if size != cap(b) {
-		return
+	if size, idx := bufClass(cap(b)); size == cap(b) {
+		putHeap(b[:0], idx)
 	}
-	b = b[:0]
-	heapPools[idx].Put(&b)
 }
+
+// putHeap keeps b in its class's pool; apart from putBuf, so that only
+// large buffers pay for the pointer the pool keeps (b escapes).
+func putHeap(b []byte, idx int) { heapPools[idx].Put(&b) }
 
 // abandonBuf ends the recorder's hold on b when a write the ledger did
 // not answer may still read it: b is never reused (see Ownership above).

@@ -4,6 +4,7 @@ package idemhttp
 
 import (
 	"bytes"
+	"net/http/httptest"
 	"runtime"
 	"sync"
 	"testing"
@@ -140,10 +141,14 @@ func TestArenaConcurrent(t *testing.T) {
 // getBuf then never hands out again; otherwise it gives it back.
 func TestRecorderRetainedBuffer(t *testing.T) {
 	t.Parallel()
-	r := &recorder{limit: 4 * mib}
+	r := &recorder{limit: 4 * mib, inMemory: true} // the spill file failed
 	r.buf = append(getBuf(mib), 'x')
 	held := addr(r.buf)
+	if body, err := r.load(t.Context()); err != nil || addr(body) != held {
+		t.Fatalf("load: %v, or not the held buffer", err)
+	}
 	r.retain()
+	r.stored()
 	r.release()
 	r.release() // again: nothing
 	if r.buf != nil {
@@ -153,6 +158,40 @@ func TestRecorderRetainedBuffer(t *testing.T) {
 		b := getBuf(mib)
 		if addr(b) == held {
 			t.Fatal("a retained buffer was reused")
+		}
+		defer putBuf(b)
+	}
+}
+
+// A spilled body is read back into a buffer of its own for the ledger:
+// abandoned when the write went unanswered, while the recorder's own
+// buffer goes back; and the room it took in storing is given back.
+func TestRecorderRetainedLoadedCopy(t *testing.T) { // not parallel: it looks at the process's storing
+	r := newRecorder(httptest.NewRecorder(), 4*mib, t.TempDir(), true)
+	defer r.close()
+	body := bytes.Repeat([]byte("0123456789abcdef"), mib/16)
+	if _, err := r.Write(body); err != nil {
+		t.Fatal(err)
+	}
+	if r.spill == nil || len(r.buf) != spillAt || r.spilled != int64(mib-spillAt) {
+		t.Fatalf("held %d bytes in memory, %d in a file (%v); want %d and %d", len(r.buf), r.spilled, r.spill != nil, spillAt, mib-spillAt)
+	}
+	loaded, err := r.load(t.Context())
+	if err != nil || !bytes.Equal(loaded, body) {
+		t.Fatalf("load: %v, or not the body written", err)
+	}
+	copied := addr(loaded)
+	r.retain()
+	r.stored()
+	if !storing.TryAcquire(storingBytes) {
+		t.Fatal("stored kept its room in storing")
+	}
+	storing.Release(storingBytes)
+	r.release()
+	for range 3 {
+		b := getBuf(mib)
+		if addr(b) == copied {
+			t.Fatal("a retained copy was reused")
 		}
 		defer putBuf(b)
 	}

@@ -37,7 +37,7 @@ func (g *guard) decide(ctl *control, rec *recorder) action {
 			return actLeave
 		}
 	}
-	if !rec.held() || rec.spill != nil {
+	if !rec.held() || rec.tooLarge {
 		return actNotStored
 	}
 	return actStore

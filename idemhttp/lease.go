@@ -79,7 +79,7 @@ func (g *guard) runLease(w http.ResponseWriter, r *http.Request, base context.Co
 	lr.lost = cancel
 	// Heartbeats while the handler runs (see internal/keepalive).
 	lr.alive.Start(base, c.Op.Lease, sent, lr)
-	rec := newRecorder(w, g.cfg.maxResponse, true)
+	rec := newRecorder(w, g.cfg.maxResponse, g.cfg.spillDir, true)
 	rec.proxy = g.fwd != nil
 	defer rec.close()
 	if c.Outcome == idem.Reclaimed {
@@ -152,11 +152,15 @@ func (g *guard) finishLease(base context.Context, c *idem.Claim, act action, rec
 		err = g.complete(ctx, nil, c, notStoredResult(status, why))
 		g.logOp(ctx, slog.LevelInfo, "response not stored", c.Op, c.Token, slog.Int("status", status), slog.String("why", why))
 	default:
-		status, h, body := rec.result()
-		err = g.complete(ctx, nil, c, g.cfg.storedResult(status, h, body))
-		if err != nil && !errors.Is(err, idem.ErrLeaseLost) {
-			rec.retain() // the write may still be queued with body
+		status, h, _ := rec.result()
+		var body []byte
+		if body, err = rec.load(ctx); err == nil {
+			err = g.complete(ctx, nil, c, g.cfg.storedResult(status, h, body))
+			if err != nil && !errors.Is(err, idem.ErrLeaseLost) {
+				rec.retain() // the write may still be queued with body
+			}
 		}
+		rec.stored()
 	}
 	switch {
 	case errors.Is(err, idem.ErrLeaseLost) && act == actStore:

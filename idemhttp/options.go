@@ -159,6 +159,13 @@ type Options struct {
 	// response still reaches the client, and the key records that its
 	// response cannot be replayed. Default 1 MiB, at most 64 MiB.
 	MaxResponse int64
+	// SpillDir is where the bytes of a held response body past its first
+	// 64 KiB wait while it is recorded and sent: in a temporary file,
+	// removed at once (as a reverse proxy buffers large responses), so
+	// that many large responses in flight hold little memory. Default
+	// os.TempDir(). If no file can be made or written there, the body is
+	// held in memory.
+	SpillDir string
 	// OnConflict is what a request gets while the same key is in flight.
 	// Default Reject.
 	OnConflict ConflictPolicy
@@ -218,6 +225,7 @@ type config struct {
 	stale        idem.StalePolicy
 	maxBody      int64
 	maxResponse  int64
+	spillDir     string
 	onConflict   ConflictPolicy
 	waitTimeout  time.Duration
 	maxInFlight  int
@@ -245,6 +253,7 @@ func newConfig(opts *Options) (*config, error) {
 		stale:        o.Stale,
 		maxBody:      cmp.Or(o.MaxBody, DefaultMaxBody),
 		maxResponse:  cmp.Or(o.MaxResponse, DefaultMaxResponse),
+		spillDir:     o.SpillDir,
 		onConflict:   o.OnConflict,
 		waitTimeout:  cmp.Or(o.WaitTimeout, DefaultWaitTimeout),
 		maxInFlight:  o.MaxInFlight,

@@ -3,6 +3,7 @@ package idemhttp
 import (
 	"bufio"
 	"cmp"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -10,18 +11,29 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"unsafe"
+
+	"golang.org/x/sync/semaphore"
 )
 
 // recorder is the ResponseWriter a guarded handler writes to. It holds the
 // response until the handler returns, so that the ledger records it before
 // the client sees it, and stores it for replay.
 //
+// The body's first spillAt bytes are held in memory; the rest goes to an
+// unlinked temporary file (as a proxy's response buffering does), so that
+// many large responses in flight hold little of the process's memory. It
+// is read back for the ledger's write under a bound on the bytes being
+// stored at once (see load), and sent to the client from the file. If the
+// file cannot be made or written, the body is held in memory instead.
+//
 // In lease-bound mode a response that cannot be stored goes straight to
 // the client instead: once it outgrows MaxResponse ("too-large"), when it
 // is a stream (text/event-stream, or flushed without a Content-Length), or
 // when the handler hijacks the connection. In transaction-bound mode
-// nothing reaches the client before the commit: a large response spills to
-// a temporary file, and Flush does nothing.
+// nothing reaches the client before the commit: a response over
+// MaxResponse is held whole as well (memory and file), recorded as too
+// large, and Flush does nothing.
 //
 // Write errors from the client are not passed back to the handler while
 // the response is buffered or too large, so that a handler (or an upstream
@@ -31,25 +43,42 @@ type recorder struct {
 	w      http.ResponseWriter
 	h      http.Header
 	status int
-	buf    []byte // the held body; a pooled buffer once it is large (see getBuf)
+	buf    []byte // the held body's first bytes (all of it unless spilled); pooled once large (see getBuf)
 	limit  int64
+	dir    string // for the spill file; "": os.TempDir()
 	lease  bool // may hand the response to the client before the handler returns
 	proxy  bool // the handler is a Forwarder: its flushes do not make a stream
 
-	passing   string // "" while holding; else why the response went through
-	retained  bool   // buf may still be read by a write the ledger did not answer
-	spill     *os.File
-	spilled   int64
+	passing   string   // "" while holding; else why the response went through
+	tooLarge  bool     // transaction-bound: the held body outgrew limit, and is not stored
+	spill     *os.File // the held body past buf, once it outgrew spillAt
+	spilled   int64    // bytes in spill
+	inMemory  bool     // the spill file failed: the whole body is held in buf
+	loaded    []byte   // the spilled body read back whole for the ledger (see load)
+	budget    int64    // bytes of storing taken for loaded
+	given     []byte   // what the ledger's write was given: buf or loaded
+	retained  bool     // given may still be read by a write the ledger did not answer
 	clientErr error
 }
+
+// spillAt is how much of a held body is kept in memory; the rest spills
+// to a temporary file.
+const spillAt = minPooled
+
+// storing bounds the bytes of spilled bodies read back into memory at once
+// for the ledger's writes, across the process: a write waits for room.
+// A body larger than the whole bound takes all of it.
+var storing = semaphore.NewWeighted(storingBytes)
+
+const storingBytes = 16 << 20
 
 var (
 	_ http.Flusher  = (*recorder)(nil)
 	_ http.Hijacker = (*recorder)(nil)
 )
 
-func newRecorder(w http.ResponseWriter, limit int64, lease bool) *recorder {
-	return &recorder{w: w, h: http.Header{}, limit: limit, lease: lease}
+func newRecorder(w http.ResponseWriter, limit int64, dir string, lease bool) *recorder {
+	return &recorder{w: w, h: http.Header{}, limit: limit, dir: dir, lease: lease}
 }
 
 // Header returns the header map the handler fills.
@@ -95,17 +124,13 @@ func (r *recorder) Write(p []byte) (int, error) {
 		if r.lease {
 			r.pass(notStoredTooLarge)
 		} else {
-			return r.spillWrite(p)
+			r.tooLarge = true
 		}
 	}
 	if r.passing == "" {
-		if cap(r.buf) == 0 {
-			r.sizeBuffer()
+		if err := r.hold(p); err != nil {
+			return 0, err
 		}
-		if need := len(r.buf) + len(p); need > cap(r.buf) {
-			r.grow(need)
-		}
-		r.buf = append(r.buf, p...)
 		return len(p), nil
 	}
 	if r.clientErr != nil && r.passing == notStoredTooLarge {
@@ -121,49 +146,92 @@ func (r *recorder) Write(p []byte) (int, error) {
 	return n, err
 }
 
+// hold keeps p: in buf up to spillAt, the rest in the spill file. If the
+// file fails, the body is held in buf whole instead, up to the limit: a
+// transaction-bound body over it has nowhere else to go, and the write
+// fails.
+func (r *recorder) hold(p []byte) error {
+	if r.spill == nil {
+		if cap(r.buf) == 0 {
+			r.sizeBuffer()
+		}
+		n := len(p)
+		if !r.inMemory || r.tooLarge {
+			n = min(n, max(spillAt-len(r.buf), 0))
+		}
+		if need := len(r.buf) + n; need > cap(r.buf) {
+			r.grow(need)
+		}
+		r.buf = append(r.buf, p[:n]...)
+		if p = p[n:]; len(p) == 0 {
+			return nil
+		}
+	}
+	n, err := r.spillWrite(p)
+	if err == nil || r.tooLarge {
+		return err
+	}
+	if err := r.unspill(); err != nil {
+		return err
+	}
+	return r.hold(p[n:])
+}
+
 // sizeBuffer gives the buffer the body's whole size at once when the
-// handler declared it (and it fits the limit): growing by doubling would
+// handler declared it (and it fits in memory): growing by doubling would
 // leave the smaller copies behind as garbage, about the body's size again.
 func (r *recorder) sizeBuffer() {
 	if n, err := strconv.ParseInt(r.h.Get("Content-Length"), 10, 64); err == nil && n > 0 && n <= r.limit {
+		if !r.inMemory {
+			n = min(n, spillAt)
+		}
 		r.buf = getBuf(int(n))
 	}
 }
 
 // grow gives the buffer room for need bytes: twice its size (at most the
-// limit), or need if that is more. A large old buffer goes back to the
+// limit, or spillAt while the rest can spill), or need if that is more. A large old buffer goes back to the
 // pool, so that growing leaves no garbage behind.
 func (r *recorder) grow(need int) {
 	n := max(need, min(2*cap(r.buf), int(r.limit)), 512)
+	if !r.inMemory {
+		n = min(n, max(need, spillAt))
+	}
 	b := append(getBuf(n), r.buf...)
 	putBuf(r.buf)
 	r.buf = b
 }
 
-// release ends the recorder's hold on its buffer (see buffer.go for who
-// owns it): back to the pool, or, if a write the ledger did not answer may
-// still read it, abandoned. Calling it again does nothing.
+// release ends the recorder's hold on its buffers (see buffer.go for who
+// owns them): back to the pool, or, for the one a write the ledger did not
+// answer may still read, abandoned. Calling it again does nothing.
 func (r *recorder) release() {
-	if r.retained {
-		abandonBuf(r.buf)
-	} else {
-		putBuf(r.buf)
+	r.unload()
+	for _, b := range [][]byte{r.buf, r.loaded} {
+		if r.retained && cap(b) > 0 && unsafe.SliceData(b) == unsafe.SliceData(r.given) {
+			abandonBuf(b)
+		} else {
+			putBuf(b)
+		}
 	}
-	r.buf = nil
+	r.buf, r.loaded, r.given = nil, nil, nil
 }
 
-// retain marks the held body as possibly still in use by the ledger: its
-// completion ended without an answer (a context ended after the write was
-// queued, or a failure that may leave it queued), so the buffer is never
-// reused (see abandonBuf).
+// retain marks the body the ledger was given as possibly still in use by
+// it: its completion ended without an answer (a context ended after the
+// write was queued, or a failure that may leave it queued), so the buffer
+// is never reused (see abandonBuf).
 func (r *recorder) retain() { r.retained = true }
 
+// spillWrite appends p to the spill file, made (and unlinked, where the
+// system allows) on the first call.
 func (r *recorder) spillWrite(p []byte) (int, error) {
 	if r.spill == nil {
-		f, err := os.CreateTemp("", "idemhttp-response-*")
+		f, err := os.CreateTemp(r.dir, "idemhttp-response-*")
 		if err != nil {
-			return 0, fmt.Errorf("idemhttp: response larger than %d bytes, and no temporary file for it: %w", r.limit, err)
+			return 0, fmt.Errorf("idemhttp: no temporary file for a large response: %w", err)
 		}
+		os.Remove(f.Name()) // fails on Windows while it is open: close removes it
 		r.spill = f
 	}
 	n, err := r.spill.Write(p)
@@ -171,18 +239,96 @@ func (r *recorder) spillWrite(p []byte) (int, error) {
 	return n, err
 }
 
+// unspill reads what the spill file holds back into buf and closes the
+// file: the rest of the body is held in memory.
+func (r *recorder) unspill() error {
+	r.inMemory = true
+	if r.spill == nil {
+		return nil
+	}
+	b := append(getBuf(len(r.buf)+int(r.spilled)), r.buf...)
+	n, err := r.spill.ReadAt(b[len(b):len(b)+int(r.spilled)], 0)
+	if n < int(r.spilled) {
+		putBuf(b)
+		return fmt.Errorf("idemhttp: reading a large response back from its temporary file: %w", cmp.Or(err, io.ErrUnexpectedEOF))
+	}
+	putBuf(r.buf)
+	r.buf = b[:len(b)+n]
+	r.closeSpill()
+	return nil
+}
+
+// load returns the held body as one slice for the ledger's write: buf, or
+// for a spilled body a copy read back from the file, once the process's
+// bound on bodies being stored (storing) has room for it. unload (or
+// release) gives the room back.
+func (r *recorder) load(ctx context.Context) ([]byte, error) {
+	if r.spill == nil {
+		r.given = r.buf
+		return r.buf, nil
+	}
+	size := len(r.buf) + int(r.spilled)
+	r.budget = min(int64(size), storingBytes)
+	if err := storing.Acquire(ctx, r.budget); err != nil {
+		r.budget = 0
+		return nil, err
+	}
+	b := append(getBuf(size), r.buf...)
+	n, err := r.spill.ReadAt(b[len(b):size], 0)
+	r.loaded = b[:len(b)+n]
+	if n < int(r.spilled) {
+		return nil, fmt.Errorf("idemhttp: reading a large response back from its temporary file: %w", cmp.Or(err, io.ErrUnexpectedEOF))
+	}
+	r.given = r.loaded
+	return r.loaded, nil
+}
+
+// stored ends the ledger's write of what load gave it: the room in
+// storing goes back, and so does a copy read back from the file, unless
+// the write ended without an answer and may still read it (retain).
+func (r *recorder) stored() {
+	r.unload()
+	if r.loaded != nil && !r.retained {
+		putBuf(r.loaded)
+		r.loaded, r.given = nil, nil
+	}
+}
+
+func (r *recorder) unload() {
+	if r.budget > 0 {
+		storing.Release(r.budget)
+		r.budget = 0
+	}
+}
+
 // pass hands the response to the client: the status, the headers so far
-// and what is buffered; what follows goes straight through.
+// and what is held; what follows goes straight through.
 func (r *recorder) pass(why string) {
 	r.passing = why
 	copyHeader(r.w.Header(), r.h)
 	r.w.WriteHeader(cmp.Or(r.status, http.StatusOK))
-	if len(r.buf) > 0 {
-		if _, err := r.w.Write(r.buf); err != nil {
-			r.clientErr = err
-		}
+	if err := r.writeHeld(); err != nil {
+		r.clientErr = err
 	}
 	r.release()
+	r.closeSpill()
+}
+
+// writeHeld writes the held body to the client: buf, then the spill file.
+func (r *recorder) writeHeld() error {
+	if len(r.buf) > 0 {
+		if _, err := r.w.Write(r.buf); err != nil {
+			return err
+		}
+	}
+	if r.spill == nil {
+		return nil
+	}
+	if _, err := r.spill.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	_, err := io.Copy(r.w, r.spill) // the client's connection may send the file (sendfile)
+	return err
 }
 
 // FlushError flushes a response that goes through. In lease-bound mode a
@@ -233,13 +379,14 @@ func (r *recorder) Unwrap() http.ResponseWriter { return r.w }
 // held reports whether the whole response is still with the recorder.
 func (r *recorder) held() bool { return r.passing == "" }
 
-// result is the status, headers and body of a held response, with its
-// Content-Type sniffed as net/http would, so that the stored headers are
-// the ones the client gets.
+// result is the status, headers and first bytes (all of them unless it
+// spilled; load has the rest) of a held response, with its Content-Type
+// sniffed as net/http would, so that the stored headers are the ones the
+// client gets.
 func (r *recorder) result() (int, http.Header, []byte) {
 	status := cmp.Or(r.status, http.StatusOK)
 	body := r.buf
-	if _, set := r.h["Content-Type"]; !set && len(body) > 0 && bodyAllowed(status) && r.spill == nil {
+	if _, set := r.h["Content-Type"]; !set && len(body) > 0 && bodyAllowed(status) {
 		r.h.Set("Content-Type", http.DetectContentType(body))
 	}
 	return status, r.h, body
@@ -268,12 +415,7 @@ func (r *recorder) send() {
 			dst[k] = h[k]
 		}
 	}()
-	if _, err := r.w.Write(body); err != nil || r.spill == nil {
-		return
-	}
-	if _, err := r.spill.Seek(0, io.SeekStart); err == nil {
-		io.Copy(r.w, r.spill)
-	}
+	r.writeHeld()
 }
 
 // copyHeaderButTrailers copies h to dst but for the fields the handler
@@ -314,14 +456,18 @@ func (r *recorder) discard() {
 	r.release()
 }
 
-// close gives the buffer back to the pool (the response is sent and
-// recorded by now) and removes the spill file, if any.
+// close gives the buffers back to the pool (the response is sent and
+// recorded by now) and closes the spill file, if any.
 func (r *recorder) close() {
 	r.release()
+	r.closeSpill()
+}
+
+func (r *recorder) closeSpill() {
 	if r.spill != nil {
 		r.spill.Close()
-		os.Remove(r.spill.Name())
-		r.spill = nil
+		os.Remove(r.spill.Name()) // where it could not be removed while open
+		r.spill, r.spilled = nil, 0
 	}
 }
 

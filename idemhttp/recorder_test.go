@@ -1,8 +1,12 @@
 package idemhttp_test
 
 import (
+	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -153,4 +157,59 @@ func TestTrailersStayTrailers(t *testing.T) {
 			})
 		}
 	})
+}
+
+// Large responses are held partly in a temporary file: the first answer
+// and the replays carry the whole body, byte for byte, with the
+// Content-Type net/http would sniff, whether the handler declared its
+// length or wrote it in pieces, in both modes, and with no usable
+// temporary directory (the body is then held in memory). No file is left.
+func TestLargeResponses(t *testing.T) {
+	t.Parallel()
+	tmp := t.TempDir()
+	body := []byte("<html><p>" + strings.Repeat("0123456789abcdef", 300<<10/16) + "</p></html>")
+	handler := func(declared bool) http.Handler {
+		h := newCounter()
+		h.before = func(w http.ResponseWriter, r *http.Request) bool {
+			if declared {
+				w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+				w.Write(body)
+				return true
+			}
+			for b := body; len(b) > 0; {
+				n := min(len(b), 1000)
+				w.Write(b[:n])
+				b = b[n:]
+			}
+			return true
+		}
+		return h
+	}
+	for _, dir := range []string{tmp, filepath.Join(tmp, "missing")} {
+		eachDriver(t, func(t *testing.T, l *idem.Ledger) {
+			for _, tx := range []bool{false, true} {
+				for _, declared := range []bool{false, true} {
+					h := handler(declared)
+					opts := &idemhttp.Options{SpillDir: dir}
+					url := guarded(t, l, opts, h)
+					if tx {
+						url = txGuarded(t, l, opts, h)
+					}
+					key := fmt.Sprintf("big-%v-%v", tx, declared)
+					for i := range 2 {
+						r := do(t, "POST", url, `{}`, "Idempotency-Key: "+key)
+						if r.status != 200 || r.body != string(body) || r.header.Get("Content-Type") != "text/html; charset=utf-8" {
+							t.Fatalf("tmp %s, tx %v, declared %v, answer %d: %d, %q, %d bytes, want all %d", dir, tx, declared, i, r.status, r.header.Get("Content-Type"), len(r.body), len(body))
+						}
+					}
+					if n := h.(*counter).count(key); n != 1 {
+						t.Fatalf("handled %d times", n)
+					}
+				}
+			}
+		})
+	}
+	if left, _ := os.ReadDir(tmp); len(left) != 0 {
+		t.Fatalf("left in the temporary directory: %v", left)
+	}
 }

@@ -52,7 +52,7 @@ func (g *guard) serveTx(w http.ResponseWriter, r *http.Request, next http.Handle
 
 func (g *guard) runTx(ctx context.Context, w http.ResponseWriter, r *http.Request, next http.Handler, tx *ledgerTx, c *idem.Claim) {
 	ctl := &control{Context: r.Context(), claim: c, tx: tx.Tx}
-	rec := newRecorder(w, g.cfg.maxResponse, false)
+	rec := newRecorder(w, g.cfg.maxResponse, g.cfg.spillDir, false)
 	defer rec.close()
 	defer tx.Rollback() // after a commit, a no-op; after a panic, the claim goes with the effects
 
@@ -72,11 +72,21 @@ func (g *guard) runTx(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	case actNotStored:
 		res = notStoredResult(status, rec.notStoredReason())
 	default:
-		s, h, body := rec.result()
+		s, h, _ := rec.result()
+		body, err := rec.load(ctx)
+		if err != nil {
+			tx.Rollback()
+			rec.discard()
+			g.logOp(ctx, slog.LevelError, "reading the response back for recording failed; rolled back", c.Op, c.Token, slog.Any("err", err))
+			WriteProblem(w, Problem{Type: ProblemLedgerUnavailable, Title: "Idempotency ledger unavailable", Status: http.StatusServiceUnavailable,
+				Detail: "Nothing was committed. Retry with the same key.", RetryAfter: 1})
+			return
+		}
 		res = g.cfg.storedResult(s, h, body)
 	}
 
 	err := g.complete(ctx, tx.Tx, c, res)
+	rec.stored() // in a transaction the write is done when it returns
 	if err != nil && !errors.Is(err, idem.ErrLeaseLost) && status >= 400 {
 		// The handler's own failure most likely broke the transaction (on
 		// PostgreSQL a failed statement aborts it). Nothing commits, so its
