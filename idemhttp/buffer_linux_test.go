@@ -4,7 +4,9 @@ package idemhttp
 
 import (
 	"bytes"
+	"fmt"
 	"net/http/httptest"
+	"os"
 	"runtime"
 	"sync"
 	"testing"
@@ -215,5 +217,34 @@ func TestArenaTrimsAfterCollections(t *testing.T) {
 	}
 	if n := mappings(); n != 0 {
 		t.Fatalf("%d mappings left after 1000 collections", n)
+	}
+}
+
+// A spill file that stops taking writes (a full disk) is read back, and
+// the rest of the body is held in memory: nothing written is lost.
+func TestRecorderSpillFails(t *testing.T) {
+	t.Parallel()
+	r := newRecorder(httptest.NewRecorder(), 4*mib, t.TempDir(), true)
+	defer r.close()
+	body := bytes.Repeat([]byte("0123456789abcdef"), mib/16)
+	if _, err := r.Write(body[:100<<10]); err != nil || r.spill == nil {
+		t.Fatalf("first write: %v; spilled: %v", err, r.spill != nil)
+	}
+	// The same file, open for reading only: writes fail from now on.
+	ro, err := os.Open(fmt.Sprintf("/proc/self/fd/%d", r.spill.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.spill.Close()
+	r.spill = ro
+	for b := body[100<<10:]; len(b) > 0; {
+		n := min(len(b), 32<<10)
+		if _, err := r.Write(b[:n]); err != nil {
+			t.Fatal(err)
+		}
+		b = b[n:]
+	}
+	if r.spill != nil || !r.inMemory || !bytes.Equal(r.buf, body) {
+		t.Fatalf("held %d bytes in memory (file still open: %v), want the whole %d", len(r.buf), r.spill != nil, len(body))
 	}
 }
