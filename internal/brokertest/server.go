@@ -231,14 +231,14 @@ func (s *Server) stopLocked(sig syscall.Signal) {
 		return
 	}
 	// The server's own children (RabbitMQ's helpers) share its group.
-	syscall.Kill(-s.cmd.Process.Pid, sig)
+	signalGroup(s.cmd.Process.Pid, sig)
 	select {
 	case <-s.exited:
 	case <-time.After(30 * time.Second):
-		syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+		signalGroup(s.cmd.Process.Pid, syscall.SIGKILL)
 		<-s.exited
 	}
-	syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL) // stragglers
+	signalGroup(s.cmd.Process.Pid, syscall.SIGKILL) // stragglers
 	// The server's process may be a script whose exit says nothing of the
 	// VM it runs (rabbitmq-server's does): until every process of the
 	// group is gone, the old VM may still hold the port, and a restart
@@ -256,7 +256,7 @@ func waitGone(pgid int, limit time.Duration) {
 		if !groupAlive(pgid) {
 			return
 		}
-		syscall.Kill(-pgid, syscall.SIGKILL)
+		signalGroup(pgid, syscall.SIGKILL)
 	}
 }
 
@@ -365,12 +365,6 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// childAttr puts a server in its own process group (so its helpers can be
-// stopped with it) and kills it when the process that started it dies.
-func childAttr() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }
 
 // RabbitQueueState says how many ready messages and consumers the
