@@ -46,8 +46,8 @@ type recorder struct {
 	buf    []byte // the held body's first bytes (all of it unless spilled); pooled once large (see getBuf)
 	limit  int64
 	dir    string // for the spill file; "": os.TempDir()
-	lease  bool // may hand the response to the client before the handler returns
-	proxy  bool // the handler is a Forwarder: its flushes do not make a stream
+	lease  bool   // may hand the response to the client before the handler returns
+	proxy  bool   // the handler is a Forwarder: its flushes do not make a stream
 
 	passing   string   // "" while holding; else why the response went through
 	tooLarge  bool     // transaction-bound: the held body outgrew limit, and is not stored
