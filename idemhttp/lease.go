@@ -101,6 +101,9 @@ func (g *guard) runLease(w http.ResponseWriter, r *http.Request, base context.Co
 	upstream = g.handle(rec, r.WithContext(ctl), next, ctl)
 	returned = true
 	lr.alive.Stop()
+	if rec.spillErr != nil {
+		g.warnSpill(r.Context(), c.Op, c.Token, rec.spillErr)
+	}
 
 	crashpoint.Hit(crashpoint.AfterCall)
 	if g.finishLease(base, c, g.decide(ctl, rec), rec) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemdev/idem"
@@ -84,6 +85,9 @@ type guard struct {
 	// fwd, when set (NewProxy), is the handler: a proxy that says what
 	// became of each call.
 	fwd Forwarder
+	// spillWarned is when a response last could not spill to a file and
+	// that was logged (Unix nanoseconds): once a minute at most.
+	spillWarned atomic.Int64
 }
 
 func newGuard(l *idem.Ledger, opts *Options, tx bool) (func(http.Handler) http.Handler, error) {

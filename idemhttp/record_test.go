@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
+	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -60,5 +63,35 @@ idem_responses_unrecorded_total{driver="sqlite",face="http"} 1
 	mu.Unlock()
 	if !strings.Contains(out, "level=ERROR") || !strings.Contains(out, "not recorded") || !strings.Contains(out, "stale=redo") {
 		t.Fatalf("no error line naming the failure and the policy:\n%s", out)
+	}
+}
+
+// A large response whose temporary file fails is held in memory, and an
+// operator is told once, not once a request: with many in flight the
+// process holds them all.
+func TestSpillFailureIsLoggedOnce(t *testing.T) {
+	t.Parallel()
+	l := openLedger(t, "sqlite")
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	big := strings.Repeat("x", 200<<10)
+	h := newCounter()
+	h.before = func(w http.ResponseWriter, r *http.Request) bool {
+		io.WriteString(w, big)
+		return true
+	}
+	dir := filepath.Join(t.TempDir(), "missing")
+	mw, _ := idemhttp.New(l, &idemhttp.Options{SpillDir: dir, Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))})
+	url := serve(t, mw(h)).URL
+	for _, key := range []string{"a", "b", "c"} {
+		if r := do(t, "POST", url, `{}`, "Idempotency-Key: "+key); r.status != 200 || r.body != big {
+			t.Fatalf("key %s: %d, %d bytes", key, r.status, len(r.body))
+		}
+	}
+	mu.Lock()
+	out := logs.String()
+	mu.Unlock()
+	if n := strings.Count(out, "held in memory"); n != 1 || !strings.Contains(out, "level=WARN") || !strings.Contains(out, dir) {
+		t.Fatalf("want one warning naming %s, got %d:\n%s", dir, n, out)
 	}
 }

@@ -53,11 +53,12 @@ type recorder struct {
 	tooLarge  bool     // transaction-bound: the held body outgrew limit, and is not stored
 	spill     *os.File // the held body past buf, once it outgrew spillAt
 	spilled   int64    // bytes in spill
-	inMemory  bool     // the spill file failed: the whole body is held in buf
-	loaded    []byte   // the spilled body read back whole for the ledger (see load)
-	budget    int64    // bytes of storing taken for loaded
-	given     []byte   // what the ledger's write was given: buf or loaded
-	retained  bool     // given may still be read by a write the ledger did not answer
+	inMemory  bool     // the spill file failed (spillErr): the whole body is held in buf
+	spillErr  error
+	loaded    []byte // the spilled body read back whole for the ledger (see load)
+	budget    int64  // bytes of storing taken for loaded
+	given     []byte // what the ledger's write was given: buf or loaded
+	retained  bool   // given may still be read by a write the ledger did not answer
 	clientErr error
 }
 
@@ -171,6 +172,7 @@ func (r *recorder) hold(p []byte) error {
 	if err == nil || r.tooLarge {
 		return err
 	}
+	r.spillErr = err
 	if err := r.unspill(); err != nil {
 		return err
 	}

@@ -58,6 +58,9 @@ func (g *guard) runTx(ctx context.Context, w http.ResponseWriter, r *http.Reques
 
 	next.ServeHTTP(rec, r.WithContext(ctl))
 	crashpoint.Hit(crashpoint.AfterCall)
+	if rec.spillErr != nil {
+		g.warnSpill(ctx, c.Op, c.Token, rec.spillErr)
+	}
 
 	status := cmp.Or(rec.status, http.StatusOK)
 	var res idem.Result
