@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -212,4 +213,53 @@ func TestLargeResponses(t *testing.T) {
 	if left, _ := os.ReadDir(tmp); len(left) != 0 {
 		t.Fatalf("left in the temporary directory: %v", left)
 	}
+}
+
+// Many large responses at once, each key sent twice at the same time:
+// every key's handler runs once, and every answer, first or replayed, is
+// that key's own body byte for byte (a buffer or a copy read back from a
+// file handed to the wrong request, or reused while a write still read
+// it, would show here, and under -race).
+func TestLargeResponsesConcurrent(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, l *idem.Ledger) {
+		bodyOf := func(key string) []byte {
+			return []byte(strings.Repeat(key+"/", 700<<10/(len(key)+1)))
+		}
+		h := newCounter()
+		h.before = func(w http.ResponseWriter, r *http.Request) bool {
+			body := bodyOf(r.Header.Get("Idempotency-Key"))
+			for b := body; len(b) > 0; { // in pieces, as a proxy copies
+				n := min(len(b), 32<<10)
+				w.Write(b[:n])
+				b = b[n:]
+			}
+			return true
+		}
+		url := guarded(t, l, &idemhttp.Options{OnConflict: idemhttp.Wait, WaitTimeout: time.Minute, SpillDir: t.TempDir()}, h)
+		const keys = 32
+		var wg sync.WaitGroup
+		errs := make(chan string, 2*keys)
+		for i := range keys {
+			key := fmt.Sprintf("key-%02d", i)
+			for range 2 {
+				wg.Go(func() {
+					r := do(t, "POST", url, `{}`, "Idempotency-Key: "+key)
+					if r.status != 200 || r.body != string(bodyOf(key)) {
+						errs <- fmt.Sprintf("%s: %d, %d bytes, starting %.20q", key, r.status, len(r.body), r.body)
+					}
+				})
+			}
+		}
+		wg.Wait()
+		close(errs)
+		for e := range errs {
+			t.Error(e)
+		}
+		for i := range keys {
+			if n := h.count(fmt.Sprintf("key-%02d", i)); n != 1 {
+				t.Errorf("key-%02d handled %d times", i, n)
+			}
+		}
+	})
 }
