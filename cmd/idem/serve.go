@@ -105,7 +105,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.DurationVar(&c.lease, "lease", idem.DefaultLease, "how long a claim holds after the gateway stops heartbeating it (crash, upstream timeout)")
 	fs.DurationVar(&c.retention, "retention", idem.DefaultRetention, "how long a stored response is replayed")
 	fs.Var(&c.maxBody, "max-body", "largest request body accepted (`size`, e.g. 1MiB); larger gets 413")
-	fs.Var(&c.maxResponse, "max-response", "largest response stored for replay (`size`); larger is delivered, not stored")
+	fs.Var(&c.maxResponse, "max-response", "largest response stored for replay (`size`); larger is delivered, not stored. A held response keeps 64KiB in memory and the rest in a temporary file in $TMPDIR")
 	fs.StringVar(&c.onConflict, "on-conflict", "reject", "while the same key is in flight: reject (409) or wait (then replay)")
 	fs.DurationVar(&c.waitTimeout, "wait-timeout", idemhttp.DefaultWaitTimeout, "longest wait under --on-conflict wait")
 	fs.StringVar(&c.on5xx, "on-5xx", "release", "upstream 5xx: release (retry forwards again), store (replayed like Stripe) or hold (until the lease ends)")
