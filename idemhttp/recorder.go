@@ -264,16 +264,22 @@ func (r *recorder) unspill() error {
 // for a spilled body a copy read back from the file, once the process's
 // bound on bodies being stored (storing) has room for it. unload (or
 // release) gives the room back.
+//
+// A transaction-bound handler's write does not wait for room: on SQLite
+// its transaction holds the one writer, which the lease-bound writes
+// holding the room may be waiting for.
 func (r *recorder) load(ctx context.Context) ([]byte, error) {
 	if r.spill == nil {
 		r.given = r.buf
 		return r.buf, nil
 	}
 	size := len(r.buf) + int(r.spilled)
-	r.budget = min(int64(size), storingBytes)
-	if err := storing.Acquire(ctx, r.budget); err != nil {
-		r.budget = 0
-		return nil, err
+	if r.lease {
+		r.budget = min(int64(size), storingBytes)
+		if err := storing.Acquire(ctx, r.budget); err != nil {
+			r.budget = 0
+			return nil, err
+		}
 	}
 	b := append(getBuf(size), r.buf...)
 	n, err := r.spill.ReadAt(b[len(b):size], 0)
