@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -163,8 +164,9 @@ type Options struct {
 	// 64 KiB wait while it is recorded and sent: in a temporary file,
 	// removed at once (as a reverse proxy buffers large responses), so
 	// that many large responses in flight hold little memory. Default
-	// os.TempDir(). If no file can be made or written there, the body is
-	// held in memory.
+	// os.TempDir(). New refuses a SpillDir that is not a directory; if no
+	// file can be made or written there later, the body is held in memory,
+	// and a warning says so once a minute at most.
 	SpillDir string
 	// OnConflict is what a request gets while the same key is in flight.
 	// Default Reject.
@@ -304,6 +306,13 @@ func newConfig(opts *Options) (*config, error) {
 	}
 	if c.maxInFlight < 0 {
 		bad("MaxInFlight", "%d is negative", c.maxInFlight)
+	}
+	if c.spillDir != "" {
+		if fi, err := os.Stat(c.spillDir); err != nil {
+			bad("SpillDir", "%v", err)
+		} else if !fi.IsDir() {
+			bad("SpillDir", "%s is not a directory", c.spillDir)
+		}
 	}
 	if c.waitTimeout < 0 {
 		bad("WaitTimeout", "%v is negative", c.waitTimeout)

@@ -7,7 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"path/filepath"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -80,9 +80,15 @@ func TestSpillFailureIsLoggedOnce(t *testing.T) {
 		io.WriteString(w, big)
 		return true
 	}
-	dir := filepath.Join(t.TempDir(), "missing")
-	mw, _ := idemhttp.New(l, &idemhttp.Options{SpillDir: dir, Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))})
+	dir := t.TempDir()
+	mw, err := idemhttp.New(l, &idemhttp.Options{SpillDir: dir, Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
 	url := serve(t, mw(h)).URL
+	if err := os.Remove(dir); err != nil { // the directory goes after the middleware is made
+		t.Fatal(err)
+	}
 	for _, key := range []string{"a", "b", "c"} {
 		if r := do(t, "POST", url, `{}`, "Idempotency-Key: "+key); r.status != 200 || r.body != big {
 			t.Fatalf("key %s: %d, %d bytes", key, r.status, len(r.body))

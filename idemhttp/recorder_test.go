@@ -1,6 +1,7 @@
 package idemhttp_test
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -167,7 +168,6 @@ func TestTrailersStayTrailers(t *testing.T) {
 // temporary directory (the body is then held in memory). No file is left.
 func TestLargeResponses(t *testing.T) {
 	t.Parallel()
-	tmp := t.TempDir()
 	body := []byte("<html><p>" + strings.Repeat("0123456789abcdef", 300<<10/16) + "</p></html>")
 	handler := func(declared bool) http.Handler {
 		h := newCounter()
@@ -186,32 +186,36 @@ func TestLargeResponses(t *testing.T) {
 		}
 		return h
 	}
-	for _, dir := range []string{tmp, filepath.Join(tmp, "missing")} {
+	for _, missing := range []bool{false, true} {
 		eachDriver(t, func(t *testing.T, l *idem.Ledger) {
 			for _, tx := range []bool{false, true} {
 				for _, declared := range []bool{false, true} {
 					h := handler(declared)
+					dir := t.TempDir()
 					opts := &idemhttp.Options{SpillDir: dir}
 					url := guarded(t, l, opts, h)
 					if tx {
 						url = txGuarded(t, l, opts, h)
 					}
+					if missing { // there when the middleware was made, gone now
+						os.Remove(dir)
+					}
 					key := fmt.Sprintf("big-%v-%v", tx, declared)
 					for i := range 2 {
 						r := do(t, "POST", url, `{}`, "Idempotency-Key: "+key)
 						if r.status != 200 || r.body != string(body) || r.header.Get("Content-Type") != "text/html; charset=utf-8" {
-							t.Fatalf("tmp %s, tx %v, declared %v, answer %d: %d, %q, %d bytes, want all %d", dir, tx, declared, i, r.status, r.header.Get("Content-Type"), len(r.body), len(body))
+							t.Fatalf("dir missing %v, tx %v, declared %v, answer %d: %d, %q, %d bytes, want all %d", missing, tx, declared, i, r.status, r.header.Get("Content-Type"), len(r.body), len(body))
 						}
 					}
 					if n := h.(*counter).count(key); n != 1 {
 						t.Fatalf("handled %d times", n)
 					}
+					if left, _ := os.ReadDir(dir); len(left) != 0 {
+						t.Fatalf("left in the spill directory: %v", left)
+					}
 				}
 			}
 		})
-	}
-	if left, _ := os.ReadDir(tmp); len(left) != 0 {
-		t.Fatalf("left in the temporary directory: %v", left)
 	}
 }
 
@@ -262,4 +266,20 @@ func TestLargeResponsesConcurrent(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A SpillDir that is not a directory is refused when the middleware is
+// made, not found out on the first large answer.
+func TestSpillDirChecked(t *testing.T) {
+	t.Parallel()
+	l := openLedger(t, "sqlite")
+	file := filepath.Join(t.TempDir(), "file")
+	os.WriteFile(file, nil, 0o600)
+	for _, dir := range []string{filepath.Join(t.TempDir(), "missing"), file} {
+		_, err := idemhttp.New(l, &idemhttp.Options{SpillDir: dir})
+		var in *idem.InputError
+		if !errors.As(err, &in) || in.Field != "SpillDir" || !strings.Contains(err.Error(), dir) {
+			t.Errorf("SpillDir %s: %v, want an input error naming it", dir, err)
+		}
+	}
 }
