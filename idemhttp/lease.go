@@ -155,7 +155,7 @@ func (g *guard) finishLease(base context.Context, c *idem.Claim, act action, rec
 		err = g.complete(ctx, nil, c, notStoredResult(status, why))
 		g.logOp(ctx, slog.LevelInfo, "response not stored", c.Op, c.Token, slog.Int("status", status), slog.String("why", why))
 	default:
-		status, h, _ := rec.result()
+		status, h := rec.result()
 		var body []byte
 		if body, err = rec.load(ctx); err == nil {
 			err = g.complete(ctx, nil, c, g.cfg.storedResult(status, h, body))

@@ -11,7 +11,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"unsafe"
 
 	"golang.org/x/sync/semaphore"
 )
@@ -53,12 +52,10 @@ type recorder struct {
 	tooLarge  bool     // transaction-bound: the held body outgrew limit, and is not stored
 	spill     *os.File // the held body past buf, once it outgrew spillAt
 	spilled   int64    // bytes in spill
-	inMemory  bool     // the spill file failed (spillErr): the whole body is held in buf
-	spillErr  error
-	loaded    []byte // the spilled body read back whole for the ledger (see load)
-	budget    int64  // bytes of storing taken for loaded
-	given     []byte // what the ledger's write was given: buf or loaded
-	retained  bool   // given may still be read by a write the ledger did not answer
+	spillErr  error    // why the spill file failed: from then on the whole body is held in buf
+	loaded    []byte   // the spilled body read back whole for the ledger (see load)
+	budget    int64    // bytes of storing taken for loaded
+	retained  bool     // what the ledger was given (loaded, else buf) may still be read by a write it did not answer
 	clientErr error
 }
 
@@ -156,10 +153,7 @@ func (r *recorder) hold(p []byte) error {
 		if cap(r.buf) == 0 {
 			r.sizeBuffer()
 		}
-		n := len(p)
-		if !r.inMemory || r.tooLarge {
-			n = min(n, max(spillAt-len(r.buf), 0))
-		}
+		n := min(len(p), max(r.heldMax()-len(r.buf), 0))
 		if need := len(r.buf) + n; need > cap(r.buf) {
 			r.grow(need)
 		}
@@ -179,26 +173,30 @@ func (r *recorder) hold(p []byte) error {
 	return r.hold(p[n:])
 }
 
+// heldMax is how much of the body buf holds: spillAt, or, once the spill
+// file failed, all of it up to the limit (a transaction-bound body over
+// the limit still has only the file).
+func (r *recorder) heldMax() int {
+	if r.spillErr != nil && !r.tooLarge {
+		return int(r.limit)
+	}
+	return spillAt
+}
+
 // sizeBuffer gives the buffer the body's whole size at once when the
-// handler declared it (and it fits in memory): growing by doubling would
+// handler declared it (and buf is to hold it): growing by doubling would
 // leave the smaller copies behind as garbage, about the body's size again.
 func (r *recorder) sizeBuffer() {
 	if n, err := strconv.ParseInt(r.h.Get("Content-Length"), 10, 64); err == nil && n > 0 && n <= r.limit {
-		if !r.inMemory {
-			n = min(n, spillAt)
-		}
-		r.buf = getBuf(int(n))
+		r.buf = getBuf(min(int(n), r.heldMax()))
 	}
 }
 
-// grow gives the buffer room for need bytes: twice its size (at most the
-// limit, or spillAt while the rest can spill), or need if that is more. A large old buffer goes back to the
+// grow gives the buffer room for need bytes: twice its size (at most
+// heldMax), or need if that is more. A large old buffer goes back to the
 // pool, so that growing leaves no garbage behind.
 func (r *recorder) grow(need int) {
-	n := max(need, min(2*cap(r.buf), int(r.limit)), 512)
-	if !r.inMemory {
-		n = min(n, max(need, spillAt))
-	}
+	n := max(need, min(2*cap(r.buf), r.heldMax()), 512)
 	b := append(getBuf(n), r.buf...)
 	putBuf(r.buf)
 	r.buf = b
@@ -209,14 +207,23 @@ func (r *recorder) grow(need int) {
 // answer may still read, abandoned. Calling it again does nothing.
 func (r *recorder) release() {
 	r.unload()
-	for _, b := range [][]byte{r.buf, r.loaded} {
-		if r.retained && cap(b) > 0 && unsafe.SliceData(b) == unsafe.SliceData(r.given) {
-			abandonBuf(b)
-		} else {
-			putBuf(b)
-		}
+	given := r.retained // the ledger was given loaded, or buf if nothing was loaded
+	if r.loaded != nil {
+		endBuf(r.loaded, given)
+		given = false
 	}
-	r.buf, r.loaded, r.given = nil, nil, nil
+	endBuf(r.buf, given)
+	r.buf, r.loaded = nil, nil
+}
+
+// endBuf ends the recorder's hold on b: abandoned if a write the ledger
+// did not answer may still read it, else back to the pool.
+func endBuf(b []byte, unanswered bool) {
+	if unanswered {
+		abandonBuf(b)
+	} else {
+		putBuf(b)
+	}
 }
 
 // retain marks the body the ledger was given as possibly still in use by
@@ -244,25 +251,35 @@ func (r *recorder) spillWrite(p []byte) (int, error) {
 // unspill reads what the spill file holds back into buf and closes the
 // file: the rest of the body is held in memory.
 func (r *recorder) unspill() error {
-	r.inMemory = true
 	if r.spill == nil {
 		return nil
 	}
-	b := append(getBuf(len(r.buf)+int(r.spilled)), r.buf...)
-	n, err := r.spill.ReadAt(b[len(b):len(b)+int(r.spilled)], 0)
-	if n < int(r.spilled) {
-		putBuf(b)
-		return fmt.Errorf("idemhttp: reading a large response back from its temporary file: %w", cmp.Or(err, io.ErrUnexpectedEOF))
+	b, err := r.readBack()
+	if err != nil {
+		return err
 	}
 	putBuf(r.buf)
-	r.buf = b[:len(b)+n]
+	r.buf = b
 	r.closeSpill()
 	return nil
 }
 
+// readBack returns the whole held body in a buffer of its own: buf, then
+// what the spill file holds.
+func (r *recorder) readBack() ([]byte, error) {
+	size := len(r.buf) + int(r.spilled)
+	b := append(getBuf(size), r.buf...)
+	n, err := r.spill.ReadAt(b[len(b):size], 0)
+	if n < int(r.spilled) {
+		putBuf(b)
+		return nil, fmt.Errorf("idemhttp: reading a large response back from its temporary file: %w", cmp.Or(err, io.ErrUnexpectedEOF))
+	}
+	return b[:size], nil
+}
+
 // load returns the held body as one slice for the ledger's write: buf, or
 // for a spilled body a copy read back from the file, once the process's
-// bound on bodies being stored (storing) has room for it. unload (or
+// bound on bodies being stored (storing) has room for it. stored (or
 // release) gives the room back.
 //
 // A transaction-bound handler's write does not wait for room: on SQLite
@@ -270,25 +287,18 @@ func (r *recorder) unspill() error {
 // holding the room may be waiting for.
 func (r *recorder) load(ctx context.Context) ([]byte, error) {
 	if r.spill == nil {
-		r.given = r.buf
 		return r.buf, nil
 	}
-	size := len(r.buf) + int(r.spilled)
 	if r.lease {
-		r.budget = min(int64(size), storingBytes)
+		r.budget = min(int64(len(r.buf))+r.spilled, storingBytes)
 		if err := storing.Acquire(ctx, r.budget); err != nil {
 			r.budget = 0
 			return nil, err
 		}
 	}
-	b := append(getBuf(size), r.buf...)
-	n, err := r.spill.ReadAt(b[len(b):size], 0)
-	r.loaded = b[:len(b)+n]
-	if n < int(r.spilled) {
-		return nil, fmt.Errorf("idemhttp: reading a large response back from its temporary file: %w", cmp.Or(err, io.ErrUnexpectedEOF))
-	}
-	r.given = r.loaded
-	return r.loaded, nil
+	b, err := r.readBack()
+	r.loaded = b
+	return b, err
 }
 
 // stored ends the ledger's write of what load gave it: the room in
@@ -298,7 +308,7 @@ func (r *recorder) stored() {
 	r.unload()
 	if r.loaded != nil && !r.retained {
 		putBuf(r.loaded)
-		r.loaded, r.given = nil, nil
+		r.loaded = nil
 	}
 }
 
@@ -318,8 +328,7 @@ func (r *recorder) pass(why string) {
 	if err := r.writeHeld(); err != nil {
 		r.clientErr = err
 	}
-	r.release()
-	r.closeSpill()
+	r.close()
 }
 
 // writeHeld writes the held body to the client: buf, then the spill file.
@@ -387,17 +396,15 @@ func (r *recorder) Unwrap() http.ResponseWriter { return r.w }
 // held reports whether the whole response is still with the recorder.
 func (r *recorder) held() bool { return r.passing == "" }
 
-// result is the status, headers and first bytes (all of them unless it
-// spilled; load has the rest) of a held response, with its Content-Type
-// sniffed as net/http would, so that the stored headers are the ones the
-// client gets.
-func (r *recorder) result() (int, http.Header, []byte) {
+// result is the status and headers of a held response (load has its
+// body), with its Content-Type sniffed from the body's first bytes as
+// net/http would, so that the stored headers are the ones the client gets.
+func (r *recorder) result() (int, http.Header) {
 	status := cmp.Or(r.status, http.StatusOK)
-	body := r.buf
-	if _, set := r.h["Content-Type"]; !set && len(body) > 0 && bodyAllowed(status) {
-		r.h.Set("Content-Type", http.DetectContentType(body))
+	if _, set := r.h["Content-Type"]; !set && len(r.buf) > 0 && bodyAllowed(status) {
+		r.h.Set("Content-Type", http.DetectContentType(r.buf))
 	}
-	return status, r.h, body
+	return status, r.h
 }
 
 // send writes a held response to the client. Errors are the client's
@@ -406,7 +413,7 @@ func (r *recorder) send() {
 	if r.passing != "" {
 		return
 	}
-	status, h, body := r.result()
+	status, h := r.result()
 	dst := r.w.Header()
 	trailers := copyHeaderButTrailers(dst, h)
 	if !bodyAllowed(status) {
@@ -415,7 +422,7 @@ func (r *recorder) send() {
 		return
 	}
 	if len(trailers) == 0 { // with trailers, net/http sends the body chunked
-		dst.Set("Content-Length", strconv.FormatInt(int64(len(body))+r.spilled, 10))
+		dst.Set("Content-Length", strconv.FormatInt(int64(len(r.buf))+r.spilled, 10))
 	}
 	r.w.WriteHeader(status)
 	defer func() {

@@ -75,14 +75,10 @@ func (g *guard) runTx(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	case actNotStored:
 		res = notStoredResult(status, rec.notStoredReason())
 	default:
-		s, h, _ := rec.result()
+		s, h := rec.result()
 		body, err := rec.load(ctx)
 		if err != nil {
-			tx.Rollback()
-			rec.discard()
-			g.logOp(ctx, slog.LevelError, "reading the response back for recording failed; rolled back", c.Op, c.Token, slog.Any("err", err))
-			WriteProblem(w, Problem{Type: ProblemLedgerUnavailable, Title: "Idempotency ledger unavailable", Status: http.StatusServiceUnavailable,
-				Detail: "Nothing was committed. Retry with the same key.", RetryAfter: 1})
+			g.txRecordFailed(ctx, w, tx, rec, c, err)
 			return
 		}
 		res = g.cfg.storedResult(s, h, body)
@@ -100,17 +96,7 @@ func (g *guard) runTx(ctx context.Context, w http.ResponseWriter, r *http.Reques
 		return
 	}
 	if err != nil {
-		tx.Rollback()
-		rec.discard()
-		if errors.Is(err, idem.ErrLeaseLost) {
-			g.logOp(ctx, slog.LevelWarn, "lease ended before commit; rolled back", c.Op, c.Token)
-			WriteProblem(w, Problem{Type: ProblemLeaseLost, Title: "Took longer than the lease", Status: http.StatusServiceUnavailable,
-				Detail: "The request took longer than its lease allows; nothing was committed. Retry with the same key.", RetryAfter: 1})
-			return
-		}
-		g.logOp(ctx, slog.LevelError, "recording the response failed; rolled back", c.Op, c.Token, slog.Any("err", err))
-		WriteProblem(w, Problem{Type: ProblemLedgerUnavailable, Title: "Idempotency ledger unavailable", Status: http.StatusServiceUnavailable,
-			Detail: "Nothing was committed. Retry with the same key.", RetryAfter: 1})
+		g.txRecordFailed(ctx, w, tx, rec, c, err)
 		return
 	}
 	crashpoint.Hit(crashpoint.BeforeCommit)
@@ -123,6 +109,23 @@ func (g *guard) runTx(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	}
 	crashpoint.Hit(crashpoint.AfterCommit)
 	rec.send()
+}
+
+// txRecordFailed rolls back a transaction whose response could not be
+// recorded (its lease ended, the ledger failed, or a spilled body could
+// not be read back) and answers with the problem that says so.
+func (g *guard) txRecordFailed(ctx context.Context, w http.ResponseWriter, tx *ledgerTx, rec *recorder, c *idem.Claim, err error) {
+	tx.Rollback()
+	rec.discard()
+	if errors.Is(err, idem.ErrLeaseLost) {
+		g.logOp(ctx, slog.LevelWarn, "lease ended before commit; rolled back", c.Op, c.Token)
+		WriteProblem(w, Problem{Type: ProblemLeaseLost, Title: "Took longer than the lease", Status: http.StatusServiceUnavailable,
+			Detail: "The request took longer than its lease allows; nothing was committed. Retry with the same key.", RetryAfter: 1})
+		return
+	}
+	g.logOp(ctx, slog.LevelError, "recording the response failed; rolled back", c.Op, c.Token, slog.Any("err", err))
+	WriteProblem(w, Problem{Type: ProblemLedgerUnavailable, Title: "Idempotency ledger unavailable", Status: http.StatusServiceUnavailable,
+		Detail: "Nothing was committed. Retry with the same key.", RetryAfter: 1})
 }
 
 // ledgerTx is a transaction from Driver.Begin that gives idem's writer back
