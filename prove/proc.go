@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/idemdev/idem/internal/crashpoint"
+	"github.com/idemdev/idem/internal/procsig"
 	"github.com/idemdev/idem/internal/syncbuf"
 )
 
@@ -213,13 +214,13 @@ func (p *proc) send(cmd string) error {
 
 // kill kills the worker, stopped or not.
 func (p *proc) kill() {
-	p.cmd.Process.Signal(sigCont)
+	p.cmd.Process.Signal(procsig.Cont)
 	p.cmd.Process.Kill()
 }
 
 // pause sends SIGSTOP and waits until the kernel shows the worker stopped.
 func (p *proc) pause(ctx context.Context) error {
-	if err := p.cmd.Process.Signal(sigStop); err != nil {
+	if err := p.cmd.Process.Signal(procsig.Stop); err != nil {
 		return fmt.Errorf("SIGSTOP worker %d: %w", p.pid, err)
 	}
 	stat := fmt.Sprintf("/proc/%d/stat", p.pid)
@@ -248,4 +249,4 @@ func (p *proc) pause(ctx context.Context) error {
 func (p *proc) terminate() { p.cmd.Process.Signal(syscall.SIGTERM) }
 
 // resume sends SIGCONT.
-func (p *proc) resume() error { return p.cmd.Process.Signal(sigCont) }
+func (p *proc) resume() error { return p.cmd.Process.Signal(procsig.Cont) }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/idemdev/idem"
 	"github.com/idemdev/idem/internal/crashpoint"
+	"github.com/idemdev/idem/internal/procsig"
 )
 
 // Child processes are the test binary run again (the standard library's
@@ -111,7 +112,7 @@ func startChild(t testing.TB, role string, args childArgs, env ...string) *child
 		select {
 		case <-c.done:
 		default:
-			cmd.Process.Signal(sigCont) // a stopped child cannot die of SIGKILL until continued on some systems
+			cmd.Process.Signal(procsig.Cont) // a stopped child cannot die of SIGKILL until continued on some systems
 			cmd.Process.Kill()
 			<-c.done
 		}
@@ -199,7 +200,7 @@ func (c *child) mustBeKilled(t testing.TB) {
 // stop sends SIGSTOP and waits until the kernel shows the child stopped.
 func (c *child) stop(t testing.TB) {
 	t.Helper()
-	if err := c.cmd.Process.Signal(sigStop); err != nil {
+	if err := c.cmd.Process.Signal(procsig.Stop); err != nil {
 		t.Fatalf("SIGSTOP: %v", err)
 	}
 	stat := fmt.Sprintf("/proc/%d/stat", c.pid())
@@ -220,7 +221,7 @@ func (c *child) stop(t testing.TB) {
 
 func (c *child) cont(t testing.TB) {
 	t.Helper()
-	if err := c.cmd.Process.Signal(sigCont); err != nil {
+	if err := c.cmd.Process.Signal(procsig.Cont); err != nil {
 		t.Fatalf("SIGCONT: %v", err)
 	}
 }
